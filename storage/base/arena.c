@@ -1,0 +1,145 @@
+#include "storage/base/arena.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ARENA_ALIGN 16
+#define ARENA_CHUNK_MIN (16 * 1024)
+
+struct arena_chunk {
+    arena_chunk *next;
+    size_t size; /* usable bytes in data[] */
+    size_t used;
+    _Alignas(ARENA_ALIGN) unsigned char data[];
+};
+
+void arena_init(arena *a, size_t limit)
+{
+    a->head = NULL;
+    a->allocated = 0;
+    a->limit = limit;
+}
+
+static size_t align_up(size_t n)
+{
+    return (n + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1);
+}
+
+static arena_chunk *new_chunk(size_t want)
+{
+    size_t size = want > ARENA_CHUNK_MIN ? want : ARENA_CHUNK_MIN;
+    arena_chunk *c = malloc(sizeof *c + size);
+    if (c == NULL)
+        return NULL;
+    c->next = NULL;
+    c->size = size;
+    c->used = 0;
+    return c;
+}
+
+void *arena_alloc(arena *a, size_t size)
+{
+    if (size > SIZE_MAX / 2)
+        return NULL;
+    size_t need = align_up(size ? size : 1);
+    if (a->limit != 0 && a->allocated + need > a->limit)
+        return NULL;
+    arena_chunk *c = a->head;
+    if (c == NULL || c->size - c->used < need) {
+        /* Grow geometrically so a large request needs few chunks. */
+        size_t grow = c ? c->size * 2 : ARENA_CHUNK_MIN;
+        arena_chunk *n = new_chunk(need > grow ? need : grow);
+        if (n == NULL)
+            return NULL;
+        n->next = c;
+        a->head = c = n;
+    }
+    void *p = c->data + c->used;
+    c->used += need;
+    a->allocated += need;
+    return p;
+}
+
+void *arena_zalloc(arena *a, size_t size)
+{
+    void *p = arena_alloc(a, size);
+    if (p != NULL)
+        memset(p, 0, size);
+    return p;
+}
+
+void *arena_memdup(arena *a, const void *p, size_t size)
+{
+    void *q = arena_alloc(a, size);
+    if (q != NULL && size > 0)
+        memcpy(q, p, size);
+    return q;
+}
+
+char *arena_strndup(arena *a, const char *s, size_t len)
+{
+    char *q = arena_alloc(a, len + 1);
+    if (q == NULL)
+        return NULL;
+    if (len > 0)
+        memcpy(q, s, len);
+    q[len] = '\0';
+    return q;
+}
+
+void *arena_realloc(arena *a, void *p, size_t old_size, size_t new_size)
+{
+    if (p == NULL)
+        return arena_alloc(a, new_size);
+    arena_chunk *c = a->head;
+    size_t old_aligned = align_up(old_size ? old_size : 1);
+    /* The last allocation of the newest chunk can grow in place. */
+    if (c != NULL && (unsigned char *)p + old_aligned == c->data + c->used) {
+        size_t new_aligned = align_up(new_size ? new_size : 1);
+        size_t offset = (size_t)((unsigned char *)p - c->data);
+        if (new_aligned <= c->size - offset &&
+            (a->limit == 0 || a->allocated - old_aligned + new_aligned <= a->limit)) {
+            c->used = offset + new_aligned;
+            a->allocated = a->allocated - old_aligned + new_aligned;
+            return p;
+        }
+    }
+    if (new_size <= old_size)
+        return p;
+    void *q = arena_alloc(a, new_size);
+    if (q != NULL)
+        memcpy(q, p, old_size);
+    return q;
+}
+
+void arena_reset(arena *a)
+{
+    arena_chunk *keep = NULL;
+    arena_chunk *c = a->head;
+    while (c != NULL) {
+        arena_chunk *next = c->next;
+        if (keep == NULL && c->size == ARENA_CHUNK_MIN) {
+            keep = c;
+            keep->next = NULL;
+            keep->used = 0;
+        } else {
+            free(c);
+        }
+        c = next;
+    }
+    a->head = keep;
+    a->allocated = 0;
+}
+
+void arena_free(arena *a)
+{
+    arena_chunk *c = a->head;
+    while (c != NULL) {
+        arena_chunk *next = c->next;
+        free(c);
+        c = next;
+    }
+    a->head = NULL;
+    a->allocated = 0;
+}

@@ -1,0 +1,55 @@
+#ifndef STRATA_BASE_BUF_H
+#define STRATA_BASE_BUF_H
+/*
+ * Bounded byte buffers for writing, and bounds-checked readers for parsing untrusted
+ * bytes (on-disk records, network frames).
+ *
+ * Both use a sticky failure flag: after the first failed append (out of memory or over
+ * the buffer's limit) or the first read past the end, every later call does nothing and
+ * `failed` stays set. Encoders and decoders check once at the end instead of at every
+ * call, and can never write or read out of bounds.
+ *
+ * Multi-byte integers are big-endian (order-preserving); varints are LEB128 (u64).
+ */
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    uint8_t *data;
+    size_t len;
+    size_t cap;
+    size_t limit;   /* maximum len; 0 means SIZE_MAX / 2 */
+    bool failed;
+} buf;
+
+void buf_init(buf *b, size_t limit);
+void buf_free(buf *b);
+void buf_reset(buf *b);                    /* len = 0, failed = false; keeps memory */
+bool buf_reserve(buf *b, size_t extra);    /* false (and failed) if it cannot */
+void buf_append(buf *b, const void *p, size_t n);
+void buf_put_u8(buf *b, uint8_t v);
+void buf_put_u16be(buf *b, uint16_t v);
+void buf_put_u32be(buf *b, uint32_t v);
+void buf_put_u64be(buf *b, uint64_t v);
+void buf_put_varint(buf *b, uint64_t v);
+void buf_printf(buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Takes the bytes: the caller frees the result with free(); the buffer is emptied. */
+uint8_t *buf_steal(buf *b, size_t *len);
+
+typedef struct {
+    const uint8_t *p;
+    const uint8_t *end;
+    bool failed;
+} rd;
+
+void rd_init(rd *r, const void *p, size_t n);
+size_t rd_left(const rd *r);
+uint8_t rd_u8(rd *r);
+uint16_t rd_u16be(rd *r);
+uint32_t rd_u32be(rd *r);
+uint64_t rd_u64be(rd *r);
+uint64_t rd_varint(rd *r);                 /* fails on more than 10 bytes or overflow */
+const uint8_t *rd_bytes(rd *r, size_t n);  /* NULL (and failed) if fewer than n left */
+
+#endif

@@ -1,0 +1,126 @@
+/* Unit tests for storage/base: errors, arena, bounded buffers and readers. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "storage/base/arena.h"
+#include "storage/base/buf.h"
+#include "storage/base/err.h"
+
+static void err_set_formats_and_returns_minus_one(void **state)
+{
+    (void)state;
+    strata_err err;
+    assert_int_equal(strata_err_set(&err, ERR_VALIDATION, "bad %s %d", "x", 7), -1);
+    assert_int_equal(err.code, ERR_VALIDATION);
+    assert_string_equal(err.msg, "bad x 7");
+    assert_string_equal(strata_code_name(err.code), "ValidationException");
+    assert_int_equal(strata_err_set(NULL, ERR_IO, "ignored"), -1);
+    assert_string_equal(strata_code_name((strata_code)999), "UnknownError");
+    strata_err_clear(&err);
+    assert_int_equal(err.code, ERR_NONE);
+}
+
+static void arena_aligns_and_respects_limit(void **state)
+{
+    (void)state;
+    arena a;
+    arena_init(&a, 100000);
+    for (int i = 0; i < 1000; i++) {
+        void *p = arena_alloc(&a, (size_t)(i % 37) + 1);
+        assert_non_null(p);
+        assert_int_equal((uintptr_t)p % 16, 0);
+    }
+    assert_null(arena_alloc(&a, 200000));        /* over the limit */
+    char *s = arena_strndup(&a, "hello world", 5);
+    assert_string_equal(s, "hello");
+    char *g = arena_realloc(&a, s, 6, 4000);     /* grows the last allocation */
+    assert_non_null(g);
+    assert_memory_equal(g, "hello", 6);
+    arena_reset(&a);
+    assert_int_equal(a.allocated, 0);
+    assert_non_null(arena_alloc(&a, 64));
+    arena_free(&a);
+}
+
+static void buf_is_bounded_and_sticky(void **state)
+{
+    (void)state;
+    buf b;
+    buf_init(&b, 10);
+    buf_append(&b, "12345678", 8);
+    assert_false(b.failed);
+    buf_put_u32be(&b, 1);                         /* 12 > 10 */
+    assert_true(b.failed);
+    assert_int_equal(b.len, 8);
+    buf_put_u8(&b, 1);                            /* sticky */
+    assert_int_equal(b.len, 8);
+    buf_reset(&b);
+    buf_printf(&b, "%d-%s", 42, "ab");
+    assert_false(b.failed);
+    assert_memory_equal(b.data, "42-ab", 5);
+    buf_free(&b);
+}
+
+static void varint_and_be_round_trip(void **state)
+{
+    (void)state;
+    static const uint64_t vals[] = {0, 1, 127, 128, 300, 16383, 16384, UINT32_MAX,
+                                    (uint64_t)1 << 63, UINT64_MAX};
+    buf b;
+    buf_init(&b, 0);
+    for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
+        buf_put_varint(&b, vals[i]);
+        buf_put_u64be(&b, vals[i]);
+        buf_put_u16be(&b, (uint16_t)vals[i]);
+    }
+    rd r;
+    rd_init(&r, b.data, b.len);
+    for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
+        assert_true(rd_varint(&r) == vals[i]);
+        assert_true(rd_u64be(&r) == vals[i]);
+        assert_int_equal(rd_u16be(&r), (uint16_t)vals[i]);
+    }
+    assert_false(r.failed);
+    assert_int_equal(rd_left(&r), 0);
+    rd_u8(&r);
+    assert_true(r.failed);
+    buf_free(&b);
+}
+
+static void reader_rejects_overlong_varint(void **state)
+{
+    (void)state;
+    static const uint8_t too_long[11] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+                                         0xff, 0xff, 0xff, 0xff, 0x01};
+    rd r;
+    rd_init(&r, too_long, sizeof too_long);
+    rd_varint(&r);
+    assert_true(r.failed);
+    static const uint8_t overflow[10] = {0xff, 0xff, 0xff, 0xff, 0xff,
+                                         0xff, 0xff, 0xff, 0xff, 0x02};
+    rd_init(&r, overflow, sizeof overflow);
+    rd_varint(&r);
+    assert_true(r.failed);
+    static const uint8_t truncated[2] = {0x80, 0x80};
+    rd_init(&r, truncated, sizeof truncated);
+    rd_varint(&r);
+    assert_true(r.failed);
+    assert_null(rd_bytes(&r, 1));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(err_set_formats_and_returns_minus_one),
+        cmocka_unit_test(arena_aligns_and_respects_limit),
+        cmocka_unit_test(buf_is_bounded_and_sticky),
+        cmocka_unit_test(varint_and_be_round_trip),
+        cmocka_unit_test(reader_rejects_overlong_varint),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
