@@ -1,0 +1,3 @@
+/* api_batch.c: being written by engineer "items". */
+
+typedef int strata_api_batch_placeholder;
