@@ -133,8 +133,10 @@ uint8_t *buf_steal(buf *b, size_t *len)
 
 void rd_init(rd *r, const void *p, size_t n)
 {
-    r->p = p;
-    r->end = r->p + n;
+    /* NULL + 0 is undefined behaviour in C: an empty reader points at a static byte. */
+    static const uint8_t empty;
+    r->p = p != NULL ? p : &empty;
+    r->end = r->p + (p != NULL ? n : 0);
     r->failed = false;
 }
 

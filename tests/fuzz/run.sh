@@ -12,7 +12,7 @@ trap 'rm -rf "$scratch"' EXIT
 status=0
 found=0
 for exe in "$build"/tests/fuzz/*/fuzz_*; do
-    [ -x "$exe" ] || continue
+    [ -f "$exe" ] && [ -x "$exe" ] || continue
     found=1
     name=$(basename "$exe")
     dir=$(basename "$(dirname "$exe")")
