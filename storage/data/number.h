@@ -22,8 +22,8 @@
 #include "storage/base/err.h"
 
 #define NUM_MAX_DIGITS 38
-#define NUM_MIN_EXP (-129) /* 1E-130 = 0.1 * 10^-129 */
-#define NUM_MAX_EXP 126    /* 9.99..E+125 = 0.999.. * 10^126 */
+#define NUM_MIN_EXP    (-129) /* 1E-130 = 0.1 * 10^-129 */
+#define NUM_MAX_EXP    126    /* 9.99..E+125 = 0.999.. * 10^126 */
 /* Longest canonical text: sign, "0.", 129 zeros, 38 digits, NUL; with margin. */
 #define NUM_TEXT_MAX 192
 
@@ -44,7 +44,7 @@ int num_parse(const char *s, size_t len, num *out, strata_err *err);
  * NUM_TEXT_MAX. */
 size_t num_format(const num *n, char *out, size_t cap);
 
-int num_cmp(const num *a, const num *b);          /* <0, 0, >0 by numeric value */
+int num_cmp(const num *a, const num *b); /* <0, 0, >0 by numeric value */
 bool num_is_zero(const num *n);
 int num_add(const num *a, const num *b, num *out, strata_err *err);
 int num_sub(const num *a, const num *b, num *out, strata_err *err);

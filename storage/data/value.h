@@ -11,8 +11,12 @@
  *  - AV_M attributes are sorted by name (bytewise, memcmp then length) and unique.
  *  - Sets (AV_SS, AV_NS, AV_BS) are non-empty, sorted by the element order of
  *    av_cmp_scalar (S and B bytewise, N numerically) and hold no duplicates.
+ *    Their elements (u.list) are avs of the element type: AV_S in an SS, AV_N in an NS,
+ *    AV_B in a BS.
  *  - AV_S holds UTF-8; AV_B raw bytes. Neither is NUL-terminated.
- *  - Nesting depth (maps and lists) is at most AV_MAX_DEPTH.
+ *  - Nesting depth is at most AV_MAX_DEPTH levels, DynamoDB's way: the item is level 1,
+ *    so one attribute value holds at most AV_MAX_DEPTH - 1 nested maps and lists
+ *    (AV_MAX_NESTING). See av_check_nesting.
  */
 #include <stdbool.h>
 #include <stddef.h>
@@ -22,10 +26,11 @@
 #include "storage/base/err.h"
 #include "storage/data/number.h"
 
-#define AV_MAX_DEPTH 32
-#define ITEM_MAX_SIZE (400 * 1024)     /* bytes, by item_size() */
-#define PARTITION_KEY_MAX 2048         /* bytes of a partition key value */
-#define SORT_KEY_MAX 1024              /* bytes of a sort key value */
+#define AV_MAX_DEPTH      32
+#define AV_MAX_NESTING    (AV_MAX_DEPTH - 1) /* M/L levels in one attribute value */
+#define ITEM_MAX_SIZE     (400 * 1024)       /* bytes, by item_size() */
+#define PARTITION_KEY_MAX 2048               /* bytes of a partition key value */
+#define SORT_KEY_MAX      1024               /* bytes of a sort key value */
 
 typedef enum {
     AV_S = 1,
@@ -55,11 +60,11 @@ struct av {
         struct {
             av *elems;
             uint32_t count;
-        } list;       /* AV_L, AV_SS, AV_NS, AV_BS */
+        } list; /* AV_L, AV_SS, AV_NS, AV_BS */
         struct {
             av_attr *attrs;
             uint32_t count;
-        } map;        /* AV_M */
+        } map; /* AV_M */
     } u;
 };
 
@@ -95,5 +100,24 @@ int av_copy(arena *a, const av *src, av *dst);
  * Used for the 400 KB limit and for capacity units. */
 size_t av_size(const av *v);
 size_t item_size(const av *item);
+/* DynamoDB's nesting limit for a value that is (or will be stored as) an attribute:
+ * more than AV_MAX_NESTING nested M/L levels is ERR_VALIDATION "Nesting Levels have
+ * exceeded supported limits: ...". item_check_nesting checks every attribute of an item;
+ * use it on items built by updates. */
+int av_check_nesting(const av *v, strata_err *err);
+int item_check_nesting(const av *item, strata_err *err);
+/* DynamoDB's message for it. */
+#define AV_NESTING_MSG                                                                             \
+    "Nesting Levels have exceeded supported limits: Attributes in the item have nested "           \
+    "levels beyond supported limit"
+
+/* The size of one number by those rules (base-100 digits + 1, + 1 if negative, <= 21). */
+size_t av_num_size(const num *n);
+
+/* DynamoDB's messages for an empty set of type t, and for a string set with duplicates
+ * (`elements` as DynamoDB prints them, e.g. "[a, a]"). Both return -1. NS and BS
+ * duplicates are reported as "Input collection contains duplicates". */
+int av_empty_set_error(av_type t, strata_err *err);
+int av_duplicate_set_error(const char *elements, strata_err *err);
 
 #endif
