@@ -45,7 +45,7 @@ typedef enum {
     ERR_CODE_COUNT
 } strata_code;
 
-#define STRATA_ERR_MSG_MAX 512
+#define STRATA_ERR_MSG_MAX 1024
 
 typedef struct {
     strata_code code;
