@@ -1,0 +1,852 @@
+/* Unit tests for storage/lsm: batches, memtable reads, iterators, snapshots, flush,
+ * recovery, durable indexes, range deletes, compaction, back-pressure, and a randomized
+ * comparison against a simple model. */
+#include "tests/unit/lsm/helpers.h"
+
+#include "storage/lsm/lsm_int.h"
+
+typedef struct {
+    uv_loop_t loop;
+    char dir[64];
+    lsm_options o;
+} fixture;
+
+static int setup(void **state)
+{
+    fixture *f = calloc(1, sizeof *f);
+    uv_loop_init(&f->loop);
+    make_tmpdir(f->dir, sizeof f->dir);
+    f->o.dir = f->dir;
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture *f = *state;
+    uv_run(&f->loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&f->loop), 0);
+    rm_rf(f->dir);
+    free(f);
+    return 0;
+}
+
+static void batch_validates_inputs(void **state)
+{
+    (void)state;
+    lsm_batch *b = lsm_batch_new();
+    strata_err err = {0};
+    static char big[LSM_MAX_KEY + 1];
+    assert_int_equal(lsm_batch_put(b, big, sizeof big, "v", 1, &err), -1);
+    assert_int_equal(err.code, ERR_VALIDATION);
+    assert_int_equal(lsm_batch_delete(b, big, sizeof big, &err), -1);
+    assert_int_equal(lsm_batch_delete_range(b, "b", 1, "a", 1, &err), -1);
+    assert_int_equal(err.code, ERR_VALIDATION);
+    assert_int_equal(lsm_batch_delete_range(b, "a", 1, "a", 1, &err), -1);
+    assert_int_equal(lsm_batch_count(b), 0);
+    assert_int_equal(lsm_batch_put(b, "k", 1, "v", 1, &err), 0);
+    assert_int_equal(lsm_batch_delete(b, "k", 1, &err), 0);
+    assert_int_equal(lsm_batch_count(b), 2);
+    assert_true(lsm_batch_bytes(b) > 0);
+    lsm_batch_clear(b);
+    assert_int_equal(lsm_batch_count(b), 0);
+    lsm_batch_free(b);
+}
+
+static void open_rejects_bad_options(void **state)
+{
+    fixture *f = *state;
+    lsm *db;
+    strata_err err = {0};
+    lsm_options o = {0};
+    assert_int_equal(lsm_open(&o, &f->loop, &db, &err), -1);
+    assert_int_equal(err.code, ERR_VALIDATION);
+    o.dir = f->dir;
+    o.max_memtables = 1;
+    assert_int_equal(lsm_open(&o, &f->loop, &db, &err), -1);
+    assert_int_equal(err.code, ERR_VALIDATION);
+    o.max_memtables = 17;
+    assert_int_equal(lsm_open(&o, &f->loop, &db, &err), -1);
+    assert_int_equal(err.code, ERR_VALIDATION);
+    o.max_memtables = 0;
+    o.dir = "/proc/definitely/not/here";
+    assert_int_equal(lsm_open(&o, &f->loop, &db, &err), -1);
+    assert_int_equal(err.code, ERR_IO);
+}
+
+static void put_get_delete_in_memtable(void **state)
+{
+    fixture *f = *state;
+    lsm *db = open_db(&f->loop, &f->o);
+    char v[64];
+    assert_int_equal(get1(db, NULL, "a", v, sizeof v), 0);
+    put1(db, "a", "1", 0, 0);
+    put1(db, "b", "2", 0, 0);
+    assert_int_equal(get1(db, NULL, "a", v, sizeof v), 1);
+    assert_string_equal(v, "1");
+    put1(db, "a", "3", 0, 0);
+    assert_int_equal(get1(db, NULL, "a", v, sizeof v), 1);
+    assert_string_equal(v, "3");
+    del1(db, "a");
+    assert_int_equal(get1(db, NULL, "a", v, sizeof v), 0);
+    assert_int_equal(get1(db, NULL, "b", v, sizeof v), 1);
+    /* An empty key and an empty value are legal. */
+    lsm_batch *b = lsm_batch_new();
+    strata_err err = {0};
+    assert_int_equal(lsm_batch_put(b, "", 0, "", 0, &err), 0);
+    assert_int_equal(lsm_write(db, b, 0, 0, &err), 0);
+    lsm_batch_free(b);
+    buf out;
+    buf_init(&out, 0);
+    assert_int_equal(lsm_get(db, NULL, "", 0, &out, &err), 1);
+    assert_int_equal(out.len, 0);
+    buf_free(&out);
+    close_db(&f->loop, db);
+}
+
+static void snapshot_sees_the_past(void **state)
+{
+    fixture *f = *state;
+    lsm *db = open_db(&f->loop, &f->o);
+    put1(db, "k", "old", 0, 0);
+    const lsm_snapshot *s = lsm_snapshot_new(db);
+    put1(db, "k", "new", 0, 0);
+    put1(db, "j", "later", 0, 0);
+    del1(db, "k");
+    char v[64];
+    assert_int_equal(get1(db, s, "k", v, sizeof v), 1);
+    assert_string_equal(v, "old");
+    assert_int_equal(get1(db, s, "j", v, sizeof v), 0);
+    assert_int_equal(get1(db, NULL, "k", v, sizeof v), 0);
+    /* Still true after flush and compaction: the snapshot keeps the old version alive. */
+    flush_db(&f->loop, db);
+    compact_db(&f->loop, db);
+    assert_int_equal(get1(db, s, "k", v, sizeof v), 1);
+    assert_string_equal(v, "old");
+    assert_int_equal(get1(db, NULL, "k", v, sizeof v), 0);
+    lsm_snapshot_release(db, s);
+    compact_db(&f->loop, db);
+    assert_int_equal(get1(db, NULL, "k", v, sizeof v), 0);
+    assert_int_equal(get1(db, NULL, "j", v, sizeof v), 1);
+    close_db(&f->loop, db);
+}
+
+/* Collects the iterator's keys into a string "a,b,c" (forward or reverse). */
+static void collect(lsm_iter *it, bool reverse, char *out, size_t n)
+{
+    out[0] = 0;
+    if (reverse)
+        lsm_iter_last(it);
+    else
+        lsm_iter_first(it);
+    while (lsm_iter_valid(it)) {
+        size_t kl;
+        const char *k = lsm_iter_key(it, &kl);
+        size_t len = strlen(out);
+        snprintf(out + len, n - len, "%s%.*s", len ? "," : "", (int)kl, k);
+        if (reverse)
+            lsm_iter_prev(it);
+        else
+            lsm_iter_next(it);
+    }
+    assert_int_equal(lsm_iter_status(it, NULL), 0);
+}
+
+static void iterate_checks(lsm *db)
+{
+    char got[256];
+    strata_err err = {0};
+    lsm_iter *it = lsm_iter_new(db, NULL, &err);
+    assert_non_null(it);
+    collect(it, false, got, sizeof got);
+    assert_string_equal(got, "a,c,d,f");
+    collect(it, true, got, sizeof got);
+    assert_string_equal(got, "f,d,c,a");
+    /* seek, direction changes */
+    lsm_iter_seek(it, "b", 1);
+    size_t kl;
+    assert_true(lsm_iter_valid(it));
+    assert_memory_equal(lsm_iter_key(it, &kl), "c", 1);
+    lsm_iter_next(it);
+    assert_memory_equal(lsm_iter_key(it, &kl), "d", 1);
+    lsm_iter_prev(it);
+    assert_memory_equal(lsm_iter_key(it, &kl), "c", 1);
+    lsm_iter_prev(it);
+    assert_memory_equal(lsm_iter_key(it, &kl), "a", 1);
+    size_t vl;
+    assert_memory_equal(lsm_iter_value(it, &vl), "A2", 2);
+    lsm_iter_next(it);
+    assert_memory_equal(lsm_iter_key(it, &kl), "c", 1);
+    lsm_iter_seek_for_prev(it, "e", 1);
+    assert_memory_equal(lsm_iter_key(it, &kl), "d", 1);
+    lsm_iter_seek_for_prev(it, "d", 1);
+    assert_memory_equal(lsm_iter_key(it, &kl), "d", 1);
+    lsm_iter_seek_for_prev(it, "0", 1);
+    assert_false(lsm_iter_valid(it));
+    lsm_iter_seek(it, "g", 1);
+    assert_false(lsm_iter_valid(it));
+    lsm_iter_free(it);
+
+    lsm_iter_options o = {.lower = "b", .lower_len = 1, .upper = "f", .upper_len = 1};
+    it = lsm_iter_new(db, &o, &err);
+    collect(it, false, got, sizeof got);
+    assert_string_equal(got, "c,d");
+    collect(it, true, got, sizeof got);
+    assert_string_equal(got, "d,c");
+    lsm_iter_seek(it, "a", 1);
+    assert_memory_equal(lsm_iter_key(it, &kl), "c", 1);
+    lsm_iter_seek_for_prev(it, "z", 1);
+    assert_memory_equal(lsm_iter_key(it, &kl), "d", 1);
+    lsm_iter_free(it);
+}
+
+static void write_iter_data(lsm *db)
+{
+    put1(db, "a", "A1", 0, 0);
+    put1(db, "b", "B", 0, 0);
+    put1(db, "c", "C", 0, 0);
+    put1(db, "a", "A2", 0, 0);
+    put1(db, "d", "D", 0, 0);
+    del1(db, "b");
+    put1(db, "e", "E", 0, 0);
+    put1(db, "f", "F", 0, 0);
+    del1(db, "e");
+}
+
+static void iterators_over_memtable(void **state)
+{
+    fixture *f = *state;
+    lsm *db = open_db(&f->loop, &f->o);
+    write_iter_data(db);
+    iterate_checks(db);
+    close_db(&f->loop, db);
+}
+
+static void iterators_over_files_and_memtable(void **state)
+{
+    fixture *f = *state;
+    f->o.no_compaction = true;
+    lsm *db = open_db(&f->loop, &f->o);
+    put1(db, "a", "A1", 0, 0);
+    put1(db, "b", "B", 0, 0);
+    flush_db(&f->loop, db);
+    put1(db, "c", "C", 0, 0);
+    put1(db, "a", "A2", 0, 0);
+    flush_db(&f->loop, db);
+    put1(db, "d", "D", 0, 0);
+    del1(db, "b");
+    put1(db, "e", "E", 0, 0);
+    flush_db(&f->loop, db);
+    put1(db, "f", "F", 0, 0);
+    del1(db, "e");
+    lsm_stats st;
+    lsm_get_stats(db, &st);
+    assert_int_equal(st.files[0], 3);
+    iterate_checks(db);
+    compact_db(&f->loop, db);
+    lsm_get_stats(db, &st);
+    assert_int_equal(st.files[0], 0);
+    assert_true(st.files[1] >= 1);
+    iterate_checks(db);
+    close_db(&f->loop, db);
+}
+
+static void iterator_is_a_point_in_time(void **state)
+{
+    fixture *f = *state;
+    lsm *db = open_db(&f->loop, &f->o);
+    put1(db, "a", "1", 0, 0);
+    put1(db, "b", "2", 0, 0);
+    strata_err err = {0};
+    lsm_iter *it = lsm_iter_new(db, NULL, &err);
+    put1(db, "c", "3", 0, 0);
+    del1(db, "a");
+    delrange1(db, "a", "z");
+    flush_db(&f->loop, db);
+    compact_db(&f->loop, db);
+    char got[64];
+    collect(it, false, got, sizeof got);
+    assert_string_equal(got, "a,b");
+    lsm_stats st;
+    lsm_get_stats(db, &st);
+    assert_int_equal(st.iterators, 1);
+    lsm_iter_free(it);
+    it = lsm_iter_new(db, NULL, &err);
+    collect(it, false, got, sizeof got);
+    assert_string_equal(got, "");
+    lsm_iter_free(it);
+    close_db(&f->loop, db);
+}
+
+static void flush_and_reopen_keeps_data_and_indexes(void **state)
+{
+    fixture *f = *state;
+    lsm *db = open_db(&f->loop, &f->o);
+    put1(db, "a", "1", 7, 10);
+    put1(db, "b", "2", 7, 11);
+    put1(db, "c", "3", 8, 5);
+    assert_int_equal(lsm_durable_index(db, 7), 0);
+    assert_int_equal(lsm_applied_index(db, 7), 11);
+    flush_db(&f->loop, db);
+    assert_int_equal(lsm_durable_index(db, 7), 11);
+    assert_int_equal(lsm_durable_index(db, 8), 5);
+    put1(db, "d", "4", 7, 12); /* lost: never flushed */
+    close_db(&f->loop, db);
+
+    db = open_db(&f->loop, &f->o);
+    char v[64];
+    assert_int_equal(get1(db, NULL, "a", v, sizeof v), 1);
+    assert_string_equal(v, "1");
+    assert_int_equal(get1(db, NULL, "c", v, sizeof v), 1);
+    assert_int_equal(get1(db, NULL, "d", v, sizeof v), 0);
+    assert_int_equal(lsm_durable_index(db, 7), 11);
+    assert_int_equal(lsm_applied_index(db, 7), 11);
+    assert_int_equal(lsm_durable_index(db, 9), 0);
+    /* New writes after reopen win over the recovered ones. */
+    put1(db, "a", "new", 7, 12);
+    assert_int_equal(get1(db, NULL, "a", v, sizeof v), 1);
+    assert_string_equal(v, "new");
+    flush_db(&f->loop, db);
+    close_db(&f->loop, db);
+    db = open_db(&f->loop, &f->o);
+    assert_int_equal(get1(db, NULL, "a", v, sizeof v), 1);
+    assert_string_equal(v, "new");
+    assert_int_equal(lsm_durable_index(db, 7), 12);
+    close_db(&f->loop, db);
+}
+
+static void foreach_cb(void *arg, uint64_t range, uint64_t index)
+{
+    uint64_t *sum = arg;
+    sum[0] += range;
+    sum[1] += index;
+}
+
+static void durable_foreach_lists_ranges(void **state)
+{
+    fixture *f = *state;
+    lsm *db = open_db(&f->loop, &f->o);
+    put1(db, "a", "1", 1, 100);
+    put1(db, "b", "1", 2, 200);
+    put1(db, "c", "1", 0, 3); /* range 0 is a range like any other */
+    flush_db(&f->loop, db);
+    uint64_t sum[2] = {0};
+    lsm_durable_foreach(db, foreach_cb, sum);
+    assert_int_equal(sum[0], 3);
+    assert_int_equal(sum[1], 303);
+    /* Flushing nothing completes at once. */
+    flush_db(&f->loop, db);
+    close_db(&f->loop, db);
+}
+
+static void range_delete_hides_and_compaction_drops(void **state)
+{
+    fixture *f = *state;
+    f->o.no_compaction = true;
+    lsm *db = open_db(&f->loop, &f->o);
+    char k[32], v[64];
+    for (int i = 0; i < 1000; i++) {
+        snprintf(k, sizeof k, "t1/%04d", i);
+        put1(db, k, "x", 0, 0);
+    }
+    put1(db, "t0/a", "keep", 0, 0);
+    put1(db, "t2/a", "keep", 0, 0);
+    flush_db(&f->loop, db);
+    compact_db(&f->loop, db); /* into level 1 */
+    delrange1(db, "t1/", "t1~");
+    assert_int_equal(get1(db, NULL, "t1/0005", v, sizeof v), 0);
+    assert_int_equal(get1(db, NULL, "t0/a", v, sizeof v), 1);
+    put1(db, "t1/0007", "again", 0, 0); /* newer than the tombstone: visible */
+    assert_int_equal(get1(db, NULL, "t1/0007", v, sizeof v), 1);
+    char got[256];
+    strata_err err = {0};
+    lsm_iter *it = lsm_iter_new(db, NULL, &err);
+    collect(it, false, got, sizeof got);
+    assert_string_equal(got, "t0/a,t1/0007,t2/a");
+    collect(it, true, got, sizeof got);
+    assert_string_equal(got, "t2/a,t1/0007,t0/a");
+    lsm_iter_free(it);
+    flush_db(&f->loop, db);
+    lsm_stats st;
+    lsm_get_stats(db, &st);
+    assert_int_equal(st.range_tombstones, 1);
+    assert_int_equal(get1(db, NULL, "t1/0005", v, sizeof v), 0);
+    compact_db(&f->loop, db);
+    lsm_get_stats(db, &st);
+    assert_int_equal(st.range_tombstones, 0); /* its data is gone, so is it */
+    assert_int_equal(get1(db, NULL, "t1/0005", v, sizeof v), 0);
+    assert_int_equal(get1(db, NULL, "t1/0007", v, sizeof v), 1);
+    it = lsm_iter_new(db, NULL, &err);
+    collect(it, false, got, sizeof got);
+    assert_string_equal(got, "t0/a,t1/0007,t2/a");
+    lsm_iter_free(it);
+    close_db(&f->loop, db);
+    db = open_db(&f->loop, &f->o);
+    assert_int_equal(get1(db, NULL, "t1/0005", v, sizeof v), 0);
+    assert_int_equal(get1(db, NULL, "t2/a", v, sizeof v), 1);
+    close_db(&f->loop, db);
+}
+
+static void range_delete_drops_whole_files(void **state)
+{
+    fixture *f = *state;
+    f->o.no_compaction = true;
+    lsm *db = open_db(&f->loop, &f->o);
+    char k[32], v[64];
+    for (int i = 0; i < 100; i++) {
+        snprintf(k, sizeof k, "t5/%04d", i);
+        put1(db, k, "x", 0, 0);
+    }
+    flush_db(&f->loop, db);
+    put1(db, "t6/a", "keep", 0, 0);
+    flush_db(&f->loop, db);
+    delrange1(db, "t5/", "t5~");
+    flush_db(&f->loop, db);
+    lsm_stats st;
+    lsm_get_stats(db, &st);
+    assert_int_equal(st.files[0], 2); /* the tombstone-only flush writes no file */
+    assert_int_equal(st.range_tombstones, 1);
+    const lsm_snapshot *s = lsm_snapshot_new(db);
+    compact_db(&f->loop, db);
+    lsm_get_stats(db, &st);
+    assert_int_equal(st.files_dropped_whole, 1);
+    assert_int_equal(st.range_tombstones, 0);
+    assert_int_equal(get1(db, NULL, "t5/0001", v, sizeof v), 0);
+    assert_int_equal(get1(db, s, "t5/0001", v, sizeof v), 0);
+    assert_int_equal(get1(db, NULL, "t6/a", v, sizeof v), 1);
+    lsm_snapshot_release(db, s);
+    close_db(&f->loop, db);
+}
+
+static void snapshot_blocks_range_drop(void **state)
+{
+    fixture *f = *state;
+    f->o.no_compaction = true;
+    lsm *db = open_db(&f->loop, &f->o);
+    char v[64];
+    put1(db, "r/1", "x", 0, 0);
+    flush_db(&f->loop, db);
+    const lsm_snapshot *s = lsm_snapshot_new(db);
+    delrange1(db, "r/", "r~");
+    flush_db(&f->loop, db);
+    compact_db(&f->loop, db);
+    assert_int_equal(get1(db, s, "r/1", v, sizeof v), 1);
+    assert_int_equal(get1(db, NULL, "r/1", v, sizeof v), 0);
+    lsm_snapshot_release(db, s);
+    compact_db(&f->loop, db);
+    lsm_stats st;
+    lsm_get_stats(db, &st);
+    assert_int_equal(st.range_tombstones, 0);
+    assert_int_equal(get1(db, NULL, "r/1", v, sizeof v), 0);
+    close_db(&f->loop, db);
+}
+
+static void writable_cb(void *arg, const strata_err *err)
+{
+    int *n = arg;
+    assert_int_equal(err->code, ERR_NONE);
+    (*n)++;
+}
+
+static void backpressure_and_memory_bound(void **state)
+{
+    fixture *f = *state;
+    f->o.memtable_bytes = 1 << 20;
+    f->o.max_memtables = 2;
+    lsm *db = open_db(&f->loop, &f->o);
+    char k[32], val[200];
+    memset(val, 'v', sizeof val - 1);
+    val[sizeof val - 1] = 0;
+    int busy = 0, written = 0;
+    for (int i = 0; i < 40000; i++) {
+        snprintf(k, sizeof k, "key%08d", (i * 7919) % 40000);
+        lsm_batch *b = lsm_batch_new();
+        strata_err err = {0};
+        lsm_batch_put(b, k, strlen(k), val, strlen(val), &err);
+        int rc = lsm_write(db, b, 1, (uint64_t)i + 1, &err);
+        lsm_batch_free(b);
+        if (rc < 0) {
+            assert_int_equal(err.code, ERR_BUSY);
+            busy++;
+            int woke = 0;
+            lsm_on_writable(db, writable_cb, &woke);
+            double deadline = now_s() + 30;
+            while (!woke) {
+                assert_true(now_s() < deadline);
+                uv_run(&f->loop, UV_RUN_ONCE);
+            }
+            i--;
+            continue;
+        }
+        written++;
+        lsm_stats st;
+        lsm_get_stats(db, &st);
+        /* Bound: max_memtables full memtables plus one entry's overshoot. */
+        assert_true(st.memtable_bytes <= 2 * (f->o.memtable_bytes + (1 << 20)));
+    }
+    assert_true(busy > 0);
+    assert_int_equal(written, 40000);
+    flush_db(&f->loop, db);
+    compact_db(&f->loop, db);
+    char v[256];
+    assert_int_equal(get1(db, NULL, "key00012345", v, sizeof v), 1);
+    assert_string_equal(v, val);
+    lsm_stats st;
+    lsm_get_stats(db, &st);
+    assert_true(st.write_stalls > 0);
+    assert_true(st.block_cache_bytes <= 64u << 20);
+    close_db(&f->loop, db);
+}
+
+static void block_cache_is_bounded(void **state)
+{
+    fixture *f = *state;
+    f->o.block_cache_bytes = 64 * 1024;
+    f->o.no_compression = true;
+    lsm *db = open_db(&f->loop, &f->o);
+    char k[32], v[128];
+    for (int i = 0; i < 5000; i++) {
+        snprintf(k, sizeof k, "k%06d", i);
+        snprintf(v, sizeof v, "value-%06d-padding-padding-padding-padding", i);
+        put1(db, k, v, 0, 0);
+    }
+    flush_db(&f->loop, db);
+    for (int i = 0; i < 5000; i += 3) {
+        snprintf(k, sizeof k, "k%06d", i);
+        assert_int_equal(get1(db, NULL, k, v, sizeof v), 1);
+        lsm_stats st;
+        lsm_get_stats(db, &st);
+        assert_true(st.block_cache_bytes <= 64 * 1024);
+    }
+    lsm_stats st;
+    lsm_get_stats(db, &st);
+    assert_true(st.cache_misses > 0);
+    assert_true(st.cache_hits > 0);
+    close_db(&f->loop, db);
+}
+
+/* ---- Randomized model check ---- */
+#define NKEYS 600
+
+typedef struct {
+    char val[NKEYS][24];
+    bool live[NKEYS];
+} model;
+
+static uint32_t rnd_state = 12345;
+static uint32_t rnd(void)
+{
+    rnd_state ^= rnd_state << 13;
+    rnd_state ^= rnd_state >> 17;
+    rnd_state ^= rnd_state << 5;
+    return rnd_state;
+}
+
+static void model_check(lsm *db, const lsm_snapshot *s, const model *m)
+{
+    char k[16], v[64];
+    for (int i = 0; i < NKEYS; i++) {
+        snprintf(k, sizeof k, "k%04d", i);
+        int rc = get1(db, s, k, v, sizeof v);
+        if (rc != (m->live[i] ? 1 : 0))
+            fail_msg("key %s: got %d want %d", k, rc, m->live[i]);
+        if (rc)
+            assert_string_equal(v, m->val[i]);
+    }
+    strata_err err = {0};
+    lsm_iter_options o = {.snapshot = s};
+    lsm_iter *it = lsm_iter_new(db, &o, &err);
+    int i = 0;
+    for (lsm_iter_first(it); lsm_iter_valid(it); lsm_iter_next(it), i++) {
+        while (i < NKEYS && !m->live[i])
+            i++;
+        assert_true(i < NKEYS);
+        size_t kl;
+        const char *key = lsm_iter_key(it, &kl);
+        snprintf(k, sizeof k, "k%04d", i);
+        assert_int_equal(kl, strlen(k));
+        assert_memory_equal(key, k, kl);
+    }
+    while (i < NKEYS && !m->live[i])
+        i++;
+    assert_int_equal(i, NKEYS);
+    i = NKEYS - 1;
+    for (lsm_iter_last(it); lsm_iter_valid(it); lsm_iter_prev(it), i--) {
+        while (i >= 0 && !m->live[i])
+            i--;
+        assert_true(i >= 0);
+        size_t kl, vl;
+        const char *key = lsm_iter_key(it, &kl);
+        const char *val = lsm_iter_value(it, &vl);
+        snprintf(k, sizeof k, "k%04d", i);
+        assert_memory_equal(key, k, kl);
+        assert_int_equal(vl, strlen(m->val[i]));
+        assert_memory_equal(val, m->val[i], vl);
+    }
+    assert_int_equal(lsm_iter_status(it, NULL), 0);
+    lsm_iter_free(it);
+}
+
+static void randomized_against_model(void **state)
+{
+    fixture *f = *state;
+    f->o.memtable_bytes = 64 * 1024;
+    f->o.table_file_bytes = 16 * 1024;
+    f->o.level1_bytes = 64 * 1024;
+    f->o.block_bytes = 512;
+    /* LSM_TEST_SEED picks another sequence for ad-hoc stress runs. */
+    if (getenv("LSM_TEST_SEED"))
+        rnd_state = (uint32_t)strtoul(getenv("LSM_TEST_SEED"), NULL, 10) | 1;
+    lsm *db = open_db(&f->loop, &f->o);
+    static model m, snapm;
+    memset(&m, 0, sizeof m);
+    const lsm_snapshot *snap = NULL;
+    for (int round = 0; round < 40; round++) {
+        for (int op = 0; op < 300; op++) {
+            int i = (int)(rnd() % NKEYS);
+            char k[16], k2[16];
+            snprintf(k, sizeof k, "k%04d", i);
+            uint32_t r = rnd() % 100;
+            lsm_batch *b = lsm_batch_new();
+            strata_err err = {0};
+            if (r < 70) {
+                snprintf(m.val[i], sizeof m.val[i], "v%d.%d", round, op);
+                m.live[i] = true;
+                lsm_batch_put(b, k, strlen(k), m.val[i], strlen(m.val[i]), &err);
+            } else if (r < 95) {
+                m.live[i] = false;
+                lsm_batch_delete(b, k, strlen(k), &err);
+            } else {
+                int j = i + 1 + (int)(rnd() % 40);
+                if (j > NKEYS)
+                    j = NKEYS;
+                snprintf(k2, sizeof k2, "k%04d", j);
+                for (int x = i; x < j; x++)
+                    m.live[x] = false;
+                lsm_batch_delete_range(b, k, strlen(k), k2, strlen(k2), &err);
+            }
+            int rc;
+            while ((rc = lsm_write(db, b, 1, 1, &err)) < 0) {
+                assert_int_equal(err.code, ERR_BUSY);
+                int woke = 0;
+                lsm_on_writable(db, writable_cb, &woke);
+                while (!woke)
+                    uv_run(&f->loop, UV_RUN_ONCE);
+            }
+            lsm_batch_free(b);
+        }
+        /* Let background work make progress in between. */
+        uv_run(&f->loop, UV_RUN_NOWAIT);
+        if (round % 7 == 3)
+            flush_db(&f->loop, db);
+        if (round % 11 == 5)
+            compact_db(&f->loop, db);
+        if (round % 10 == 2) {
+            if (snap) {
+                model_check(db, snap, &snapm);
+                lsm_snapshot_release(db, snap);
+            }
+            snap = lsm_snapshot_new(db);
+            snapm = m;
+        }
+        model_check(db, NULL, &m);
+    }
+    if (snap) {
+        model_check(db, snap, &snapm);
+        lsm_snapshot_release(db, snap);
+    }
+    flush_db(&f->loop, db);
+    close_db(&f->loop, db);
+    db = open_db(&f->loop, &f->o);
+    model_check(db, NULL, &m);
+    compact_db(&f->loop, db);
+    model_check(db, NULL, &m);
+    lsm_stats st;
+    lsm_get_stats(db, &st);
+    assert_true(st.compactions > 0);
+    close_db(&f->loop, db);
+}
+
+static int count_tables(const char *dir)
+{
+    DIR *d = opendir(dir);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        n += strstr(e->d_name, ".sst") != NULL;
+    closedir(d);
+    return n;
+}
+
+static void obsolete_files_outlive_their_readers(void **state)
+{
+    fixture *f = *state;
+    f->o.no_compaction = true;
+    lsm *db = open_db(&f->loop, &f->o);
+    put1(db, "a", "1", 0, 0);
+    flush_db(&f->loop, db);
+    put1(db, "b", "2", 0, 0);
+    flush_db(&f->loop, db);
+    assert_int_equal(count_tables(f->dir), 2);
+    strata_err err = {0};
+    lsm_iter *it = lsm_iter_new(db, NULL, &err);
+    compact_db(&f->loop, db);
+    /* The compaction output plus the two inputs the iterator still reads. */
+    assert_int_equal(count_tables(f->dir), 3);
+    char got[64];
+    collect(it, false, got, sizeof got);
+    assert_string_equal(got, "a,b");
+    lsm_iter_free(it);
+    assert_int_equal(count_tables(f->dir), 1);
+    close_db(&f->loop, db);
+}
+
+static void background_error_is_sticky(void **state)
+{
+    fixture *f = *state;
+    lsm *db = open_db(&f->loop, &f->o);
+    put1(db, "a", "1", 3, 9);
+    /* Pull the directory away: the flush cannot create its table file. */
+    char moved[128];
+    snprintf(moved, sizeof moved, "%s.moved", f->dir);
+    assert_int_equal(rename(f->dir, moved), 0);
+    waitcb w = {0};
+    lsm_flush(db, waitcb_fn, &w);
+    run_until(&f->loop, &w.done);
+    assert_int_equal(w.err.code, ERR_IO);
+    assert_int_equal(lsm_durable_index(db, 3), 0);
+    lsm_batch *b = lsm_batch_new();
+    strata_err err = {0};
+    lsm_batch_put(b, "b", 1, "2", 1, &err);
+    assert_int_equal(lsm_write(db, b, 0, 0, &err), -1);
+    assert_int_equal(err.code, ERR_IO);
+    lsm_batch_free(b);
+    char v[16];
+    assert_int_equal(get1(db, NULL, "a", v, sizeof v), 1); /* reads still work */
+    waitcb w2 = {0};
+    lsm_flush(db, waitcb_fn, &w2);
+    assert_true(w2.done);
+    assert_int_equal(w2.err.code, ERR_IO);
+    close_db(&f->loop, db);
+    assert_int_equal(rename(moved, f->dir), 0);
+}
+
+static void close_waits_for_running_job(void **state)
+{
+    fixture *f = *state;
+    lsm *db = open_db(&f->loop, &f->o);
+    char k[32];
+    for (int i = 0; i < 2000; i++) {
+        snprintf(k, sizeof k, "k%05d", i);
+        put1(db, k, "value", 1, (uint64_t)i + 1);
+    }
+    waitcb fw = {0}, cw = {0};
+    lsm_flush(db, waitcb_fn, &fw); /* a flush job is now running */
+    lsm_close(db, waitcb_fn, &cw);
+    assert_false(cw.done);
+    run_until(&f->loop, &cw.done);
+    assert_true(fw.done); /* the flush finished first (or was told the engine closed) */
+    db = open_db(&f->loop, &f->o);
+    assert_true(lsm_durable_index(db, 1) == 2000 || lsm_durable_index(db, 1) == 0);
+    close_db(&f->loop, db);
+}
+
+static void level0_file_count_stops_writes(void **state)
+{
+    fixture *f = *state;
+    f->o.no_compaction = true;
+    f->o.l0_compaction_files = 2;
+    f->o.l0_stop_files = 3;
+    lsm *db = open_db(&f->loop, &f->o);
+    char k[16];
+    for (int i = 0; i < 3; i++) {
+        snprintf(k, sizeof k, "k%d", i);
+        put1(db, k, "v", 0, 0);
+        flush_db(&f->loop, db);
+    }
+    lsm_batch *b = lsm_batch_new();
+    strata_err err = {0};
+    lsm_batch_put(b, "x", 1, "y", 1, &err);
+    assert_int_equal(lsm_write(db, b, 0, 0, &err), -1);
+    assert_int_equal(err.code, ERR_BUSY);
+    int woke = 0;
+    lsm_on_writable(db, writable_cb, &woke);
+    assert_int_equal(woke, 0);
+    compact_db(&f->loop, db);
+    assert_int_equal(woke, 1);
+    assert_int_equal(lsm_write(db, b, 0, 0, &err), 0);
+    lsm_batch_free(b);
+    char v[8];
+    assert_int_equal(get1(db, NULL, "k1", v, sizeof v), 1);
+    close_db(&f->loop, db);
+}
+
+static void big_keys_and_values_survive_flush_and_reopen(void **state)
+{
+    fixture *f = *state;
+    f->o.memtable_bytes = 256 * 1024;
+    lsm *db = open_db(&f->loop, &f->o);
+    size_t vn = 3u << 20;
+    char *val = malloc(vn);
+    for (size_t i = 0; i < vn; i++)
+        val[i] = (char)('a' + (i * 7919 % 26));
+    static char key[LSM_MAX_KEY];
+    memset(key, 'k', sizeof key);
+    lsm_batch *b = lsm_batch_new();
+    strata_err err = {0};
+    assert_int_equal(lsm_batch_put(b, key, sizeof key, val, vn, &err), 0);
+    assert_int_equal(lsm_batch_put(b, "small", 5, "s", 1, &err), 0);
+    assert_int_equal(lsm_write(db, b, 1, 1, &err), 0);
+    lsm_batch_free(b);
+    buf out;
+    buf_init(&out, 0);
+    assert_int_equal(lsm_get(db, NULL, key, sizeof key, &out, &err), 1);
+    assert_int_equal(out.len, vn);
+    flush_db(&f->loop, db);
+    close_db(&f->loop, db);
+    db = open_db(&f->loop, &f->o);
+    buf_reset(&out);
+    assert_int_equal(lsm_get(db, NULL, key, sizeof key, &out, &err), 1);
+    assert_int_equal(out.len, vn);
+    assert_memory_equal(out.data, val, vn);
+    assert_int_equal(lsm_get(db, NULL, key, sizeof key - 1, &out, &err), 0);
+    lsm_iter *it = lsm_iter_new(db, NULL, &err);
+    lsm_iter_last(it);
+    size_t kl;
+    assert_memory_equal(lsm_iter_key(it, &kl), "small", 5);
+    lsm_iter_prev(it);
+    lsm_iter_key(it, &kl);
+    assert_int_equal(kl, sizeof key);
+    lsm_iter_free(it);
+    buf_free(&out);
+    free(val);
+    close_db(&f->loop, db);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(batch_validates_inputs),
+        cmocka_unit_test_setup_teardown(open_rejects_bad_options, setup, teardown),
+        cmocka_unit_test_setup_teardown(put_get_delete_in_memtable, setup, teardown),
+        cmocka_unit_test_setup_teardown(snapshot_sees_the_past, setup, teardown),
+        cmocka_unit_test_setup_teardown(iterators_over_memtable, setup, teardown),
+        cmocka_unit_test_setup_teardown(iterators_over_files_and_memtable, setup, teardown),
+        cmocka_unit_test_setup_teardown(iterator_is_a_point_in_time, setup, teardown),
+        cmocka_unit_test_setup_teardown(flush_and_reopen_keeps_data_and_indexes, setup, teardown),
+        cmocka_unit_test_setup_teardown(durable_foreach_lists_ranges, setup, teardown),
+        cmocka_unit_test_setup_teardown(range_delete_hides_and_compaction_drops, setup, teardown),
+        cmocka_unit_test_setup_teardown(range_delete_drops_whole_files, setup, teardown),
+        cmocka_unit_test_setup_teardown(snapshot_blocks_range_drop, setup, teardown),
+        cmocka_unit_test_setup_teardown(backpressure_and_memory_bound, setup, teardown),
+        cmocka_unit_test_setup_teardown(block_cache_is_bounded, setup, teardown),
+        cmocka_unit_test_setup_teardown(randomized_against_model, setup, teardown),
+        cmocka_unit_test_setup_teardown(obsolete_files_outlive_their_readers, setup, teardown),
+        cmocka_unit_test_setup_teardown(background_error_is_sticky, setup, teardown),
+        cmocka_unit_test_setup_teardown(close_waits_for_running_job, setup, teardown),
+        cmocka_unit_test_setup_teardown(level0_file_count_stops_writes, setup, teardown),
+        cmocka_unit_test_setup_teardown(big_keys_and_values_survive_flush_and_reopen, setup,
+                                        teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
