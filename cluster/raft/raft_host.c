@@ -1,0 +1,1042 @@
+/* The multi-Raft host: see raft_host.h for the contract. */
+#include "cluster/raft/raft_host.h"
+
+#include <assert.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <raft.h>
+
+/* One entry of a group's in-memory log (a copy: C-Raft's pure core keeps only terms). */
+typedef struct {
+    uint64_t term;
+    uint8_t type;
+    uint8_t *data;
+    size_t len;
+} log_entry;
+
+/* A submit or read waiting for its log index to be applied. */
+typedef struct pending {
+    struct pending *next;
+    uint64_t index;
+    uint64_t term;
+    raft_host_done_cb cb;
+    void *data;
+} pending;
+
+typedef struct {
+    pending *head;
+    pending *tail;
+} pending_list;
+
+/* A storage append in flight; `last` shrinks when a later append replaces its tail. */
+typedef struct append_req {
+    struct append_req *next;
+    struct append_req *prev;
+    struct group *g;
+    uint64_t first;
+    uint64_t last;
+} append_req;
+
+/* A message held back until a term/vote write is durable. */
+typedef struct out_msg {
+    struct out_msg *next;
+    uint64_t to;
+    uint8_t *buf;
+    size_t len;
+} out_msg;
+
+typedef struct group {
+    raft_host *h;
+    uint64_t id;
+    struct raft raft;
+    bool failed;
+    bool applying;
+    log_entry *log; /* entries log_first .. log_first + log_n - 1 */
+    size_t log_n;
+    size_t log_cap;
+    uint64_t log_first;
+    uint64_t applied;
+    uint64_t deadline; /* raft_timeout(); 0 = none */
+    unsigned tv_pending;
+    out_msg *out_head;
+    out_msg *out_tail;
+    append_req *appends; /* in request order */
+    uint64_t deferred_persisted;
+    pending_list submits; /* increasing index */
+    pending_list reads_waiting;
+    pending_list reads_inflight; /* covered by the barrier at barrier_index */
+    uint64_t barrier_index;
+    uint64_t barrier_term;
+    /* The received entries of the message being stepped, and whether the core kept them
+     * for persistence (then their batch is ours to free, else the core freed it). */
+    const struct raft_entry *recv_entries;
+    unsigned recv_n;
+    bool recv_kept;
+} group;
+
+struct raft_host {
+    raft_host_config cfg;
+    group **slots; /* open addressing on group id */
+    size_t nslots;
+    size_t ngroups;
+    uint64_t armed; /* deadline last passed to clock.arm; UINT64_MAX = none */
+    bool ticking;
+};
+
+/* ---- group table ---- */
+
+static size_t slot_of(const raft_host *h, uint64_t id)
+{
+    uint64_t x = id * 0x9E3779B97F4A7C15ull;
+    return (size_t)(x >> 17) & (h->nslots - 1);
+}
+
+static group *find_group(const raft_host *h, uint64_t id)
+{
+    for (size_t i = slot_of(h, id);; i = (i + 1) & (h->nslots - 1)) {
+        if (h->slots[i] == NULL)
+            return NULL;
+        if (h->slots[i]->id == id)
+            return h->slots[i];
+    }
+}
+
+static int insert_group(raft_host *h, group *g)
+{
+    if ((h->ngroups + 1) * 2 > h->nslots) {
+        size_t n = h->nslots * 2;
+        group **s = calloc(n, sizeof *s);
+        if (s == NULL)
+            return -1;
+        group **old = h->slots;
+        size_t oldn = h->nslots;
+        h->slots = s;
+        h->nslots = n;
+        for (size_t i = 0; i < oldn; i++)
+            if (old[i] != NULL)
+                for (size_t j = slot_of(h, old[i]->id);; j = (j + 1) & (n - 1))
+                    if (s[j] == NULL) {
+                        s[j] = old[i];
+                        break;
+                    }
+        free(old);
+    }
+    for (size_t j = slot_of(h, g->id);; j = (j + 1) & (h->nslots - 1))
+        if (h->slots[j] == NULL) {
+            h->slots[j] = g;
+            break;
+        }
+    h->ngroups++;
+    return 0;
+}
+
+/* ---- helpers ---- */
+
+static uint64_t now_ms(const raft_host *h)
+{
+    return h->cfg.clock.now(h->cfg.clock.ctx);
+}
+
+static uint64_t leader_of(const group *g)
+{
+    raft_id id = 0;
+    const char *addr = NULL;
+    raft_leader((struct raft *)&g->raft, &id, &addr);
+    return id;
+}
+
+static void list_push(pending_list *l, pending *p)
+{
+    p->next = NULL;
+    if (l->tail != NULL)
+        l->tail->next = p;
+    else
+        l->head = p;
+    l->tail = p;
+}
+
+static void finish(pending *p, strata_code code, uint64_t hint, const void *res, size_t rlen)
+{
+    raft_host_outcome o = {
+        .code = code, .leader_hint = hint, .index = p->index, .result = res, .result_len = rlen};
+    raft_host_done_cb cb = p->cb;
+    void *data = p->data;
+    free(p);
+    cb(data, &o);
+}
+
+/* Fails every pending op in `l` (the list is detached first: callbacks may add new ops). */
+static void fail_list(pending_list *l, strata_code code, uint64_t hint)
+{
+    pending *p = l->head;
+    l->head = l->tail = NULL;
+    while (p != NULL) {
+        pending *next = p->next;
+        finish(p, code, hint, NULL, 0);
+        p = next;
+    }
+}
+
+static void fail_all_ops(group *g, strata_code code)
+{
+    uint64_t hint = g->failed ? 0 : leader_of(g);
+    g->barrier_index = 0;
+    fail_list(&g->submits, code, hint);
+    fail_list(&g->reads_inflight, code, hint);
+    fail_list(&g->reads_waiting, code, hint);
+}
+
+static void group_fail(group *g, strata_code code, const char *why)
+{
+    if (g->failed)
+        return;
+    fprintf(stderr, "raft_host: node %" PRIu64 " group %" PRIu64 " stopped: %s\n",
+            g->h->cfg.node_id, g->id, why);
+    g->failed = true;
+    g->deadline = 0;
+    fail_all_ops(g, code);
+}
+
+static log_entry *log_at(group *g, uint64_t index)
+{
+    if (index < g->log_first || index >= g->log_first + g->log_n)
+        return NULL;
+    return &g->log[index - g->log_first];
+}
+
+static void log_truncate(group *g, uint64_t from)
+{
+    while (g->log_n > 0 && g->log_first + g->log_n - 1 >= from) {
+        g->log_n--;
+        free(g->log[g->log_n].data);
+    }
+}
+
+/* Copies n entries to the log at `index` (replacing the suffix from index). */
+static int log_put(group *g, uint64_t index, const struct raft_entry *e, unsigned n)
+{
+    if (g->log_n == 0)
+        g->log_first = index;
+    if (index < g->log_first || index > g->log_first + g->log_n)
+        return -1;
+    log_truncate(g, index);
+    if (g->log_n + n > g->log_cap) {
+        size_t cap = g->log_cap ? g->log_cap : 64;
+        while (cap < g->log_n + n)
+            cap *= 2;
+        log_entry *nl = realloc(g->log, cap * sizeof *nl);
+        if (nl == NULL)
+            return -1;
+        g->log = nl;
+        g->log_cap = cap;
+    }
+    for (unsigned i = 0; i < n; i++) {
+        log_entry *le = &g->log[g->log_n];
+        le->term = e[i].term;
+        le->type = (uint8_t)e[i].type;
+        le->len = e[i].buf.len;
+        le->data = malloc(le->len ? le->len : 1);
+        if (le->data == NULL)
+            return -1;
+        if (le->len)
+            memcpy(le->data, e[i].buf.base, le->len);
+        g->log_n++;
+    }
+    return 0;
+}
+
+/* Views of log entries [index, index + n) for storage and encoding; NULL on error. */
+static raft_host_entry *log_view(group *g, uint64_t index, size_t n)
+{
+    raft_host_entry *v = malloc((n ? n : 1) * sizeof *v);
+    if (v == NULL)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        log_entry *le = log_at(g, index + i);
+        if (le == NULL) {
+            free(v);
+            return NULL;
+        }
+        v[i] = (raft_host_entry){le->term, le->type, le->data, le->len};
+    }
+    return v;
+}
+
+static void rearm(raft_host *h, uint64_t deadline)
+{
+    if (deadline != 0 && deadline < h->armed && !h->ticking) {
+        h->armed = deadline;
+        h->cfg.clock.arm(h->cfg.clock.ctx, deadline);
+    }
+}
+
+/* ---- stepping ---- */
+
+static void process_update(group *g, struct raft_update *up);
+static void apply_committed(group *g);
+static void deliver_deferred(group *g);
+
+static int group_step(group *g, struct raft_event *ev)
+{
+    struct raft_update up;
+    if (g->failed)
+        return -1;
+    ev->time = now_ms(g->h);
+    int rv = raft_step(&g->raft, ev, &up);
+    if (rv != 0) {
+        char why[128];
+        snprintf(why, sizeof why, "raft_step(%d): %s", (int)ev->type, raft_strerror(rv));
+        /* NOTLEADER on submit is an ordinary answer, not a failure of the group. */
+        if (ev->type == RAFT_SUBMIT && rv == RAFT_NOTLEADER)
+            return -1;
+        group_fail(g, ERR_INTERNAL, why);
+        return -1;
+    }
+    process_update(g, &up);
+    deliver_deferred(g);
+    apply_committed(g);
+    if (!g->failed) {
+        g->deadline = raft_timeout(&g->raft);
+        rearm(g->h, g->deadline);
+    }
+    return 0;
+}
+
+static void send_now(group *g, uint64_t to, const uint8_t *buf, size_t len)
+{
+    raft_host *h = g->h;
+    (void)h->cfg.transport.send(h->cfg.transport.ctx, to, g->id, buf, len);
+}
+
+static void flush_out(group *g)
+{
+    while (g->out_head != NULL && g->tv_pending == 0) {
+        out_msg *m = g->out_head;
+        g->out_head = m->next;
+        if (g->out_head == NULL)
+            g->out_tail = NULL;
+        if (!g->failed)
+            send_now(g, m->to, m->buf, m->len);
+        free(m->buf);
+        free(m);
+    }
+}
+
+static void tv_done(void *data, int status)
+{
+    group *g = data;
+    assert(g->tv_pending > 0);
+    g->tv_pending--;
+    if (status != 0)
+        group_fail(g, ERR_IO, "term/vote write failed");
+    flush_out(g);
+}
+
+static void persisted(group *g, uint64_t index)
+{
+    struct raft_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.type = RAFT_PERSISTED_ENTRIES;
+    ev.persisted_entries.index = index;
+    group_step(g, &ev);
+}
+
+/* C-Raft accepts RAFT_PERSISTED_ENTRIES only as leader or follower (a candidate issues
+ * no writes but may still have some in flight): hold the index until then. */
+static void deliver_deferred(group *g)
+{
+    uint64_t idx = g->deferred_persisted;
+    if (idx == 0 || g->failed)
+        return;
+    int st = raft_state(&g->raft);
+    if (st != RAFT_LEADER && st != RAFT_FOLLOWER)
+        return;
+    g->deferred_persisted = 0;
+    if (idx > g->raft.last_stored && idx <= raft_last_index(&g->raft))
+        persisted(g, idx);
+}
+
+static void append_done(void *data, int status)
+{
+    append_req *r = data;
+    group *g = r->g;
+    if (r->prev != NULL)
+        r->prev->next = r->next;
+    else
+        g->appends = r->next;
+    if (r->next != NULL)
+        r->next->prev = r->prev;
+    uint64_t first = r->first, last = r->last;
+    free(r);
+    if (g->failed)
+        return;
+    if (status != 0) {
+        group_fail(g, ERR_IO, "log append failed");
+        return;
+    }
+    if (last < first || last <= g->raft.last_stored || last > raft_last_index(&g->raft))
+        return;
+    int st = raft_state(&g->raft);
+    if (st != RAFT_LEADER && st != RAFT_FOLLOWER) {
+        if (last > g->deferred_persisted)
+            g->deferred_persisted = last;
+        return;
+    }
+    persisted(g, last);
+}
+
+static void persist_entries(group *g, struct raft_update *up)
+{
+    raft_host *h = g->h;
+    uint64_t index = up->entries.index;
+    unsigned n = up->entries.n;
+    strata_err err;
+
+    if (g->recv_entries != NULL && up->entries.batch >= g->recv_entries &&
+        up->entries.batch < g->recv_entries + g->recv_n)
+        g->recv_kept = true;
+    int put = log_put(g, index, up->entries.batch, n);
+    /* A new leader with uncommitted entries appends a barrier the core allocated itself
+     * (r->barrier); like submitted entries, it is the host's to free once copied. */
+    if (up->entries.batch == &g->raft.barrier) {
+        struct raft_entry *b = &g->raft.barrier;
+        raft_free(b->batch != NULL ? b->batch : b->buf.base);
+        b->batch = NULL;
+        b->buf.base = NULL;
+    }
+    if (put != 0) {
+        group_fail(g, ERR_NOMEM, "log copy failed");
+        return;
+    }
+    /* Earlier appends in flight lose whatever this one replaces. */
+    for (append_req *r = g->appends; r != NULL; r = r->next)
+        if (r->last >= index)
+            r->last = index - 1;
+    if (g->deferred_persisted >= index)
+        g->deferred_persisted = index - 1;
+
+    append_req *r = calloc(1, sizeof *r);
+    raft_host_entry *v = log_view(g, index, n);
+    if (r == NULL || v == NULL) {
+        free(r);
+        free(v);
+        group_fail(g, ERR_NOMEM, "append request");
+        return;
+    }
+    r->g = g;
+    r->first = index;
+    r->last = index + n - 1;
+    append_req **tail = &g->appends;
+    append_req *prev = NULL;
+    while (*tail != NULL) {
+        prev = *tail;
+        tail = &(*tail)->next;
+    }
+    r->prev = prev;
+    *tail = r;
+    int rc = h->cfg.storage.append(h->cfg.storage.ctx, g->id, index, v, n, append_done, r, &err);
+    free(v);
+    if (rc != 0) {
+        *tail = NULL;
+        free(r);
+        group_fail(g, err.code == ERR_NONE ? ERR_IO : err.code, "storage append refused");
+    }
+}
+
+static void queue_or_send(group *g, uint64_t to, uint8_t *buf, size_t len)
+{
+    if (g->tv_pending == 0 && g->out_head == NULL) {
+        send_now(g, to, buf, len);
+        free(buf);
+        return;
+    }
+    out_msg *m = calloc(1, sizeof *m);
+    if (m == NULL) {
+        free(buf); /* dropped: Raft retries */
+        return;
+    }
+    m->to = to;
+    m->buf = buf;
+    m->len = len;
+    if (g->out_tail != NULL)
+        g->out_tail->next = m;
+    else
+        g->out_head = m;
+    g->out_tail = m;
+}
+
+static void send_messages(group *g, struct raft_update *up)
+{
+    raft_host *h = g->h;
+    for (unsigned i = 0; i < up->messages.n; i++) {
+        struct raft_message *m = &up->messages.batch[i];
+        raft_host_entry *v = NULL;
+        uint8_t *buf;
+        size_t len;
+        if (m->type == RAFT_INSTALL_SNAPSHOT)
+            continue; /* never produced: no snapshots (see raft_host.h) */
+        if (m->type == RAFT_APPEND_ENTRIES && m->append_entries.n_entries > 0) {
+            v = log_view(g, m->append_entries.prev_log_index + 1, m->append_entries.n_entries);
+            if (v == NULL)
+                continue; /* not in memory: dropped, the leader will retry */
+        }
+        if (raft_msg_encode(g->id, h->cfg.node_id, m, v, &buf, &len, NULL) == 0)
+            queue_or_send(g, m->server_id, buf, len);
+        free(v);
+    }
+}
+
+static void process_update(group *g, struct raft_update *up)
+{
+    raft_host *h = g->h;
+    strata_err err;
+
+    if (up->flags & (RAFT_UPDATE_CURRENT_TERM | RAFT_UPDATE_VOTED_FOR)) {
+        g->tv_pending++;
+        if (h->cfg.storage.set_term_vote(h->cfg.storage.ctx, g->id, raft_current_term(&g->raft),
+                                         raft_voted_for(&g->raft), tv_done, g, &err) != 0) {
+            g->tv_pending--;
+            group_fail(g, ERR_IO, "storage refused term/vote");
+            return;
+        }
+    }
+    if (up->flags & RAFT_UPDATE_ENTRIES)
+        persist_entries(g, up);
+    if (up->flags & RAFT_UPDATE_SNAPSHOT)
+        group_fail(g, ERR_INTERNAL, "snapshot install not supported yet");
+    if (g->failed)
+        return;
+    if (up->flags & RAFT_UPDATE_MESSAGES)
+        send_messages(g, up);
+    if ((up->flags & RAFT_UPDATE_STATE) && raft_state(&g->raft) != RAFT_LEADER)
+        fail_all_ops(g, ERR_UNAVAILABLE);
+}
+
+/* Submits one entry of `type` at the current term; returns its index or 0. */
+static uint64_t submit_entry(group *g, enum raft_entry_type type, const void *cmd, size_t len)
+{
+    struct raft_event ev;
+    struct raft_entry e;
+    if (raft_state(&g->raft) != RAFT_LEADER)
+        return 0;
+    uint64_t index = raft_last_index(&g->raft) + 1;
+    /* The core asserts batch != NULL; the host copies the entry during the step. */
+    void *copy = malloc(len ? len : 1);
+    if (copy == NULL)
+        return 0;
+    if (len)
+        memcpy(copy, cmd, len);
+    e.term = raft_current_term(&g->raft);
+    e.type = type;
+    e.buf.base = copy;
+    e.buf.len = len;
+    e.batch = copy;
+    memset(&ev, 0, sizeof ev);
+    ev.type = RAFT_SUBMIT;
+    ev.submit.entries = &e;
+    ev.submit.n = 1;
+    int rc = group_step(g, &ev);
+    free(copy);
+    return rc == 0 ? index : 0;
+}
+
+static void maybe_start_barrier(group *g)
+{
+    if (g->barrier_index != 0 || g->reads_waiting.head == NULL || g->failed)
+        return;
+    uint64_t term = raft_current_term(&g->raft);
+    /* The waiting reads are covered by a barrier submitted after they arrived. */
+    g->reads_inflight = g->reads_waiting;
+    g->reads_waiting.head = g->reads_waiting.tail = NULL;
+    g->barrier_term = term;
+    g->barrier_index = (uint64_t)-1; /* busy while submitting */
+    uint64_t idx = submit_entry(g, RAFT_BARRIER, NULL, 0);
+    if (idx == 0) {
+        g->barrier_index = 0;
+        fail_list(&g->reads_inflight, ERR_UNAVAILABLE, leader_of(g));
+        return;
+    }
+    if (g->barrier_index == (uint64_t)-1)
+        g->barrier_index = idx;
+    for (pending *p = g->reads_inflight.head; p != NULL; p = p->next) {
+        p->index = idx;
+        p->term = term;
+    }
+}
+
+static int apply_one(group *g, uint64_t index, log_entry *le)
+{
+    raft_host *h = g->h;
+    void *res = NULL;
+    size_t rlen = 0;
+
+    if (le->type == RAFT_COMMAND) {
+        if (index > g->applied &&
+            h->cfg.fsm.apply(h->cfg.fsm.ctx, g->id, index, le->data, le->len, &res, &rlen) != 0) {
+            group_fail(g, ERR_INTERNAL, "state machine apply failed");
+            return -1;
+        }
+    } else if (le->type == RAFT_CHANGE && index > 1) {
+        struct raft_event ev;
+        struct raft_buffer b = {le->data, le->len};
+        memset(&ev, 0, sizeof ev);
+        ev.type = RAFT_CONFIGURATION;
+        ev.configuration.index = index;
+        raft_configuration_init(&ev.configuration.conf);
+        if (raft_configuration_decode(&b, &ev.configuration.conf) != 0) {
+            group_fail(g, ERR_CORRUPT, "bad configuration entry");
+            return -1;
+        }
+        g->applied = index > g->applied ? index : g->applied;
+        group_step(g, &ev);
+    }
+    if (index > g->applied)
+        g->applied = index;
+
+    /* The command's submitter, if it is waiting here. */
+    while (g->submits.head != NULL && g->submits.head->index <= index) {
+        pending *p = g->submits.head;
+        g->submits.head = p->next;
+        if (g->submits.head == NULL)
+            g->submits.tail = NULL;
+        if (p->index == index && p->term == le->term)
+            finish(p, ERR_NONE, h->cfg.node_id, res, rlen);
+        else
+            finish(p, ERR_UNAVAILABLE, leader_of(g), NULL, 0);
+    }
+    free(res);
+
+    if (le->type == RAFT_BARRIER && g->barrier_index == index) {
+        strata_code code = le->term == g->barrier_term ? ERR_NONE : ERR_UNAVAILABLE;
+        g->barrier_index = 0;
+        pending_list done = g->reads_inflight;
+        g->reads_inflight.head = g->reads_inflight.tail = NULL;
+        fail_list(&done, code, leader_of(g));
+        maybe_start_barrier(g);
+    }
+    return 0;
+}
+
+static void apply_committed(group *g)
+{
+    if (g->applying || g->failed)
+        return;
+    g->applying = true;
+    for (;;) {
+        uint64_t limit = raft_commit_index(&g->raft);
+        if (limit > g->raft.last_stored)
+            limit = g->raft.last_stored;
+        uint64_t next = g->applied + 1;
+        /* Entries at or below the restart point are already in the state machine. */
+        if (next > limit || g->failed)
+            break;
+        log_entry *le = log_at(g, next);
+        if (le == NULL) {
+            group_fail(g, ERR_INTERNAL, "committed entry missing from the log");
+            break;
+        }
+        log_entry copy = *le; /* the log may grow (realloc) while applying */
+        if (apply_one(g, next, &copy) != 0)
+            break;
+    }
+    g->applying = false;
+}
+
+/* ---- public API ---- */
+
+raft_host *raft_host_create(const raft_host_config *cfg, strata_err *err)
+{
+    if (cfg->node_id == 0 || cfg->storage.load == NULL || cfg->storage.set_term_vote == NULL ||
+        cfg->storage.append == NULL || cfg->transport.send == NULL || cfg->clock.now == NULL ||
+        cfg->clock.arm == NULL || cfg->fsm.apply == NULL) {
+        strata_err_set(err, ERR_VALIDATION, "raft host: node id and interfaces are required");
+        return NULL;
+    }
+    raft_host *h = calloc(1, sizeof *h);
+    if (h == NULL) {
+        strata_err_set(err, ERR_NOMEM, "raft host");
+        return NULL;
+    }
+    h->cfg = *cfg;
+    if (h->cfg.election_timeout_ms == 0)
+        h->cfg.election_timeout_ms = 1000;
+    if (h->cfg.heartbeat_timeout_ms == 0)
+        h->cfg.heartbeat_timeout_ms = 100;
+    if (h->cfg.heartbeat_timeout_ms >= h->cfg.election_timeout_ms) {
+        free(h);
+        strata_err_set(err, ERR_VALIDATION, "heartbeat timeout must be below election timeout");
+        return NULL;
+    }
+    h->nslots = 16;
+    h->slots = calloc(h->nslots, sizeof *h->slots);
+    if (h->slots == NULL) {
+        free(h);
+        strata_err_set(err, ERR_NOMEM, "raft host");
+        return NULL;
+    }
+    h->armed = UINT64_MAX;
+    return h;
+}
+
+static void group_free(group *g)
+{
+    fail_all_ops(g, ERR_UNAVAILABLE);
+    while (g->out_head != NULL) {
+        out_msg *m = g->out_head;
+        g->out_head = m->next;
+        free(m->buf);
+        free(m);
+    }
+    while (g->appends != NULL) {
+        append_req *r = g->appends;
+        g->appends = r->next;
+        free(r);
+    }
+    log_truncate(g, 0);
+    free(g->log);
+    raft_close(&g->raft, NULL);
+    free(g);
+}
+
+void raft_host_destroy(raft_host *h)
+{
+    if (h == NULL)
+        return;
+    for (size_t i = 0; i < h->nslots; i++)
+        if (h->slots[i] != NULL)
+            h->slots[i]->failed = true; /* no more steps from callbacks */
+    for (size_t i = 0; i < h->nslots; i++)
+        if (h->slots[i] != NULL)
+            group_free(h->slots[i]);
+    free(h->slots);
+    free(h);
+}
+
+static void noop_cb(void *data, int status)
+{
+    (void)data;
+    (void)status;
+}
+
+/* Writes the bootstrap state of a new replica: term 1 and the configuration at index 1. */
+static int bootstrap(raft_host *h, group *g, const uint64_t *members, size_t n,
+                     struct raft_buffer *conf_buf, strata_err *err)
+{
+    struct raft_configuration conf;
+    raft_configuration_init(&conf);
+    for (size_t i = 0; i < n; i++) {
+        char addr[24];
+        snprintf(addr, sizeof addr, "%" PRIu64, members[i]);
+        if (members[i] == 0 || raft_configuration_add(&conf, members[i], addr, RAFT_VOTER) != 0) {
+            raft_configuration_close(&conf);
+            return strata_err_set(err, ERR_VALIDATION, "bad or duplicate member %" PRIu64,
+                                  members[i]);
+        }
+    }
+    int rv = raft_configuration_encode(&conf, conf_buf);
+    raft_configuration_close(&conf);
+    if (rv != 0)
+        return strata_err_set(err, ERR_NOMEM, "configuration encode");
+    raft_host_entry e = {1, RAFT_CHANGE, conf_buf->base, conf_buf->len};
+    /* Durability of these two is not awaited: a crash before they are synced leaves no
+     * state, and the same bootstrap is simply written again. */
+    if (h->cfg.storage.set_term_vote(h->cfg.storage.ctx, g->id, 1, 0, noop_cb, NULL, err) != 0 ||
+        h->cfg.storage.append(h->cfg.storage.ctx, g->id, 1, &e, 1, noop_cb, NULL, err) != 0) {
+        raft_free(conf_buf->base);
+        return -1;
+    }
+    return 0;
+}
+
+int raft_host_start_group(raft_host *h, uint64_t group_id, const uint64_t *members, size_t n,
+                          uint64_t applied_index, strata_err *err)
+{
+    bool member = false;
+    for (size_t i = 0; i < n; i++)
+        member |= members[i] == h->cfg.node_id;
+    if (n == 0 || !member)
+        return strata_err_set(err, ERR_VALIDATION, "group %" PRIu64 ": this node must be a member",
+                              group_id);
+    if (find_group(h, group_id) != NULL)
+        return strata_err_set(err, ERR_VALIDATION, "group %" PRIu64 " already started", group_id);
+
+    group *g = calloc(1, sizeof *g);
+    if (g == NULL)
+        return strata_err_set(err, ERR_NOMEM, "raft group");
+    g->h = h;
+    g->id = group_id;
+    g->applied = applied_index;
+    char addr[24];
+    snprintf(addr, sizeof addr, "%" PRIu64, h->cfg.node_id);
+    if (raft_init(&g->raft, NULL, NULL, h->cfg.node_id, addr) != 0) {
+        free(g);
+        return strata_err_set(err, ERR_NOMEM, "raft_init");
+    }
+    raft_set_election_timeout(&g->raft, h->cfg.election_timeout_ms);
+    raft_set_heartbeat_timeout(&g->raft, h->cfg.heartbeat_timeout_ms);
+    raft_set_pre_vote(&g->raft, true);
+    uint64_t s = h->cfg.seed ^ (group_id * 0x9E3779B97F4A7C15ull) ^ (h->cfg.node_id << 32);
+    s = (s ^ (s >> 31)) * 0xBF58476D1CE4E5B9ull;
+    raft_seed(&g->raft, (unsigned)(s ^ (s >> 29)));
+
+    /* The state to start from: what storage holds, or a fresh bootstrap. */
+    raft_host_loaded ld;
+    memset(&ld, 0, sizeof ld);
+    struct raft_buffer conf_buf = {NULL, 0};
+    bool loaded = false;
+    strata_err lerr;
+    if (h->cfg.storage.load(h->cfg.storage.ctx, group_id, &ld, &lerr) == 0) {
+        loaded = true;
+    } else if (lerr.code == ERR_NOT_FOUND) {
+        if (bootstrap(h, g, members, n, &conf_buf, err) != 0) {
+            raft_close(&g->raft, NULL);
+            free(g);
+            return -1;
+        }
+        ld.term = 1;
+        ld.start_index = 1;
+    } else {
+        raft_close(&g->raft, NULL);
+        free(g);
+        if (err != NULL)
+            *err = lerr;
+        return -1;
+    }
+
+    size_t ne = loaded ? ld.n : 1;
+    struct raft_entry *ents = raft_calloc(ne ? ne : 1, sizeof *ents);
+    int rc = ents == NULL ? -1 : 0;
+    for (size_t i = 0; rc == 0 && i < ne; i++) {
+        const void *src = loaded ? ld.entries[i].data : conf_buf.base;
+        size_t len = loaded ? ld.entries[i].len : conf_buf.len;
+        ents[i].term = loaded ? ld.entries[i].term : 1;
+        ents[i].type = loaded ? (enum raft_entry_type)ld.entries[i].type : RAFT_CHANGE;
+        ents[i].buf.len = len;
+        ents[i].buf.base = raft_malloc(len ? len : 1);
+        ents[i].batch = ents[i].buf.base;
+        if (ents[i].buf.base == NULL)
+            rc = -1;
+        else if (len)
+            memcpy(ents[i].buf.base, src, len);
+    }
+    if (rc == 0 && ne > 0) {
+        g->log_first = ld.start_index;
+        rc = log_put(g, ld.start_index, ents, (unsigned)ne);
+    }
+    uint64_t term = ld.term, vote = ld.vote, start = ld.start_index ? ld.start_index : 1;
+    if (loaded) {
+        if (h->cfg.storage.release != NULL)
+            h->cfg.storage.release(h->cfg.storage.ctx, &ld);
+        else
+            free(ld.entries);
+    }
+    if (conf_buf.base != NULL)
+        raft_free(conf_buf.base);
+    if (rc != 0 || insert_group(h, g) != 0) {
+        for (size_t i = 0; ents != NULL && i < ne; i++)
+            raft_free(ents[i].buf.base);
+        raft_free(ents);
+        log_truncate(g, 0);
+        free(g->log);
+        raft_close(&g->raft, NULL);
+        free(g);
+        return strata_err_set(err, ERR_NOMEM, "raft group start");
+    }
+
+    struct raft_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.type = RAFT_START;
+    ev.start.term = term;
+    ev.start.voted_for = vote;
+    ev.start.start_index = start;
+    ev.start.entries = ne ? ents : NULL;
+    ev.start.n_entries = (unsigned)ne;
+    if (term == 0 && ne > 0)
+        ev.start.term = 1; /* entries imply a bootstrap term */
+    rc = group_step(g, &ev);
+    if (rc == 0) {
+        /* The pure core copied what it needs (terms); the host owns the payloads. */
+        for (size_t i = 0; i < ne; i++)
+            raft_free(ents[i].buf.base);
+        raft_free(ents);
+    }
+    if (rc != 0)
+        return strata_err_set(err, ERR_INTERNAL, "group %" PRIu64 " failed to start", group_id);
+    return 0;
+}
+
+int raft_host_receive(raft_host *h, uint64_t from, uint64_t group_id, const void *msg, size_t len,
+                      strata_err *err)
+{
+    group *g = find_group(h, group_id);
+    if (g == NULL)
+        return strata_err_set(err, ERR_NOT_FOUND, "no group %" PRIu64, group_id);
+    if (g->failed)
+        return strata_err_set(err, ERR_UNAVAILABLE, "group %" PRIu64 " stopped", group_id);
+    struct raft_message m;
+    raft_msg_decoded *owner = NULL;
+    uint64_t mg, mf;
+    if (raft_msg_decode(msg, len, &mg, &mf, &m, &owner, err) != 0)
+        return -1;
+    if (mg != group_id || mf != from || from == h->cfg.node_id) {
+        raft_msg_free(owner);
+        return strata_err_set(err, ERR_CORRUPT, "raft message header mismatch");
+    }
+    struct raft_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.type = RAFT_RECEIVE;
+    ev.receive.message = &m;
+    bool has_entries = m.type == RAFT_APPEND_ENTRIES && m.append_entries.n_entries > 0;
+    g->recv_entries = has_entries ? m.append_entries.entries : NULL;
+    g->recv_n = has_entries ? m.append_entries.n_entries : 0;
+    g->recv_kept = false;
+    int rc = group_step(g, &ev);
+    if (has_entries && !g->recv_kept)
+        raft_msg_batch_consumed(owner);
+    g->recv_entries = NULL;
+    g->recv_n = 0;
+    raft_msg_free(owner);
+    if (rc != 0)
+        return strata_err_set(err, ERR_UNAVAILABLE, "group %" PRIu64 " stopped", group_id);
+    return 0;
+}
+
+void raft_host_tick(raft_host *h)
+{
+    uint64_t now = now_ms(h);
+    h->armed = UINT64_MAX;
+    h->ticking = true;
+    for (size_t i = 0; i < h->nslots; i++) {
+        group *g = h->slots[i];
+        if (g == NULL || g->failed || g->deadline == 0 || g->deadline > now)
+            continue;
+        struct raft_event ev;
+        memset(&ev, 0, sizeof ev);
+        ev.type = RAFT_TIMEOUT;
+        group_step(g, &ev);
+    }
+    h->ticking = false;
+    uint64_t next = UINT64_MAX;
+    for (size_t i = 0; i < h->nslots; i++) {
+        group *g = h->slots[i];
+        if (g != NULL && !g->failed && g->deadline != 0 && g->deadline < next)
+            next = g->deadline;
+    }
+    if (next != UINT64_MAX) {
+        /* A deadline already in the past (time did not move) is retried 1 ms later. */
+        if (next <= now)
+            next = now + 1;
+        h->armed = next;
+        h->cfg.clock.arm(h->cfg.clock.ctx, next);
+    }
+}
+
+static group *usable_group(const raft_host *h, uint64_t group_id, strata_err *err)
+{
+    group *g = find_group(h, group_id);
+    if (g == NULL) {
+        strata_err_set(err, ERR_NOT_FOUND, "no group %" PRIu64, group_id);
+        return NULL;
+    }
+    if (g->failed) {
+        strata_err_set(err, ERR_UNAVAILABLE, "group %" PRIu64 " stopped", group_id);
+        return NULL;
+    }
+    if (raft_state(&g->raft) != RAFT_LEADER) {
+        strata_err_set(err, ERR_UNAVAILABLE, "not leader of group %" PRIu64 "; leader %" PRIu64,
+                       group_id, leader_of(g));
+        return NULL;
+    }
+    return g;
+}
+
+int raft_host_submit(raft_host *h, uint64_t group_id, const void *cmd, size_t len,
+                     raft_host_done_cb cb, void *data, strata_err *err)
+{
+    group *g = usable_group(h, group_id, err);
+    if (g == NULL)
+        return -1;
+    pending *p = calloc(1, sizeof *p);
+    if (p == NULL)
+        return strata_err_set(err, ERR_NOMEM, "submit");
+    p->cb = cb;
+    p->data = data;
+    p->term = raft_current_term(&g->raft);
+    p->index = raft_last_index(&g->raft) + 1;
+    /* Registered before the step: the entry may commit within it (single voter). */
+    list_push(&g->submits, p);
+    if (submit_entry(g, RAFT_COMMAND, cmd, len) == 0) {
+        /* Remove p unless the failed step already completed it. */
+        pending *prev = NULL;
+        for (pending *q = g->submits.head; q != NULL; prev = q, q = q->next) {
+            if (q != p)
+                continue;
+            if (prev != NULL)
+                prev->next = q->next;
+            else
+                g->submits.head = q->next;
+            if (g->submits.tail == q)
+                g->submits.tail = prev;
+            free(q);
+            break;
+        }
+        return strata_err_set(err, ERR_UNAVAILABLE, "submit to group %" PRIu64 " failed", group_id);
+    }
+    return 0;
+}
+
+int raft_host_read_barrier(raft_host *h, uint64_t group_id, raft_host_done_cb cb, void *data,
+                           strata_err *err)
+{
+    group *g = usable_group(h, group_id, err);
+    if (g == NULL)
+        return -1;
+    pending *p = calloc(1, sizeof *p);
+    if (p == NULL)
+        return strata_err_set(err, ERR_NOMEM, "read barrier");
+    p->cb = cb;
+    p->data = data;
+    list_push(&g->reads_waiting, p);
+    maybe_start_barrier(g);
+    return 0;
+}
+
+bool raft_host_is_leader(const raft_host *h, uint64_t group_id)
+{
+    group *g = find_group(h, group_id);
+    return g != NULL && !g->failed && raft_state(&g->raft) == RAFT_LEADER;
+}
+
+uint64_t raft_host_leader(const raft_host *h, uint64_t group_id)
+{
+    group *g = find_group(h, group_id);
+    return g == NULL || g->failed ? 0 : leader_of(g);
+}
+
+int raft_host_group_info(const raft_host *h, uint64_t group_id, raft_host_group_stats *out,
+                         strata_err *err)
+{
+    group *g = find_group(h, group_id);
+    if (g == NULL)
+        return strata_err_set(err, ERR_NOT_FOUND, "no group %" PRIu64, group_id);
+    out->state = raft_state(&g->raft);
+    out->term = raft_current_term(&g->raft);
+    out->vote = raft_voted_for(&g->raft);
+    out->leader = leader_of(g);
+    out->commit_index = raft_commit_index(&g->raft);
+    out->applied_index = g->applied;
+    out->last_index = raft_last_index(&g->raft);
+    out->last_stored = g->raft.last_stored;
+    out->failed = g->failed;
+    out->term_vote_writes = g->tv_pending;
+    out->queued_messages = 0;
+    for (out_msg *m = g->out_head; m != NULL; m = m->next)
+        out->queued_messages++;
+    out->appends_in_flight = 0;
+    for (append_req *r = g->appends; r != NULL; r = r->next)
+        out->appends_in_flight++;
+    return 0;
+}

@@ -1,0 +1,129 @@
+/* raft_host storage on storage/wal: see raft_wal.h. */
+#include "cluster/raft/raft_wal.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A raft_host completion carried through a wal_cb. */
+typedef struct {
+    raft_storage_cb cb;
+    void *cb_data;
+} completion;
+
+static void on_wal_done(void *data, int status, const strata_err *err)
+{
+    (void)err;
+    completion c = *(completion *)data;
+    free(data);
+    if (c.cb != NULL)
+        c.cb(c.cb_data, status);
+}
+
+static completion *completion_new(raft_storage_cb cb, void *cb_data, strata_err *err)
+{
+    completion *c = malloc(sizeof *c);
+    if (c == NULL) {
+        strata_err_set(err, ERR_NOMEM, "raft wal completion");
+        return NULL;
+    }
+    c->cb = cb;
+    c->cb_data = cb_data;
+    return c;
+}
+
+static int ws_load(void *ctx, uint64_t group, raft_host_loaded *out, strata_err *err)
+{
+    raft_wal_storage *s = ctx;
+    wal_group_info gi;
+    if (s->detached)
+        return strata_err_set(err, ERR_UNAVAILABLE, "raft wal storage detached");
+    if (wal_group_state(s->w, group, &gi, err) != 0)
+        return -1; /* ERR_NOT_FOUND for a new replica */
+    if (gi.snapshot_index != 0)
+        return strata_err_set(err, ERR_VALIDATION,
+                              "group %" PRIu64 ": snapshots are not supported yet", group);
+    wal_entry *we = NULL;
+    size_t n = 0, bytes = 0;
+    if (gi.last_index >= gi.first_index &&
+        wal_read_entries(s->w, group, gi.first_index, gi.last_index, 0, &we, &n, err) != 0)
+        return -1;
+    for (size_t i = 0; i < n; i++)
+        bytes += we[i].len;
+    /* One block: the entry array, then the payloads (freed by the host with free()). */
+    raft_host_entry *e = malloc(n * sizeof *e + bytes + 1);
+    if (e == NULL) {
+        free(we);
+        return strata_err_set(err, ERR_NOMEM, "raft wal load");
+    }
+    uint8_t *p = (uint8_t *)(e + n);
+    for (size_t i = 0; i < n; i++) {
+        if (we[i].len)
+            memcpy(p, we[i].data, we[i].len);
+        e[i] = (raft_host_entry){we[i].term, we[i].type, p, we[i].len};
+        p += we[i].len;
+    }
+    free(we);
+    out->term = gi.term;
+    out->vote = gi.vote;
+    out->start_index = gi.first_index;
+    out->entries = e;
+    out->n = n;
+    return 0;
+}
+
+static int ws_term_vote(void *ctx, uint64_t group, uint64_t term, uint64_t vote, raft_storage_cb cb,
+                        void *cb_data, strata_err *err)
+{
+    raft_wal_storage *s = ctx;
+    if (s->detached)
+        return strata_err_set(err, ERR_UNAVAILABLE, "raft wal storage detached");
+    completion *c = completion_new(cb, cb_data, err);
+    if (c == NULL)
+        return -1;
+    if (wal_set_term_vote(s->w, group, term, vote, on_wal_done, c, err) != 0) {
+        free(c);
+        return -1;
+    }
+    return 0;
+}
+
+static int ws_append(void *ctx, uint64_t group, uint64_t first_index, const raft_host_entry *e,
+                     size_t n, raft_storage_cb cb, void *cb_data, strata_err *err)
+{
+    raft_wal_storage *s = ctx;
+    if (s->detached)
+        return strata_err_set(err, ERR_UNAVAILABLE, "raft wal storage detached");
+    wal_entry *we = malloc((n ? n : 1) * sizeof *we);
+    completion *c = completion_new(cb, cb_data, err);
+    if (we == NULL || c == NULL) {
+        free(we);
+        free(c);
+        return strata_err_set(err, ERR_NOMEM, "raft wal append");
+    }
+    for (size_t i = 0; i < n; i++)
+        we[i] = (wal_entry){e[i].term, e[i].type, e[i].data, e[i].len};
+    int rc = wal_append(s->w, group, first_index, we, n, on_wal_done, c, err);
+    free(we); /* the WAL copied the entries */
+    if (rc != 0) {
+        free(c);
+        return -1;
+    }
+    return 0;
+}
+
+void raft_wal_storage_init(raft_wal_storage *s, wal *w, raft_host_storage *out)
+{
+    s->w = w;
+    s->detached = false;
+    *out = (raft_host_storage){.ctx = s,
+                               .load = ws_load,
+                               .release = NULL,
+                               .set_term_vote = ws_term_vote,
+                               .append = ws_append};
+}
+
+void raft_wal_storage_detach(raft_wal_storage *s)
+{
+    s->detached = true;
+}

@@ -1,0 +1,31 @@
+#ifndef STRATA_CLUSTER_RAFT_RAFT_WAL_H
+#define STRATA_CLUSTER_RAFT_RAFT_WAL_H
+/*
+ * raft_host's storage interface on the node's shared WAL (storage/wal/wal.h): term/vote
+ * -> wal_set_term_vote, append -> wal_append (a conflicting suffix is replaced), load ->
+ * wal_group_state + wal_read_entries. Completions arrive in request order, as raft_host
+ * requires, once the WAL's group-commit fdatasync covering them has returned.
+ *
+ * Not supported yet: snapshots (a group whose WAL state has a snapshot fails to load with
+ * ERR_VALIDATION) and advancing keep_from (the log is never compacted).
+ *
+ * Shutdown: call raft_wal_storage_detach() before wal_close(): later requests from the
+ * host fail with ERR_UNAVAILABLE instead of touching a closing WAL; callbacks of requests
+ * already made still fire (wal_close completes them), so destroy the host only after
+ * wal_close's callback.
+ */
+#include <stdbool.h>
+
+#include "cluster/raft/raft_host.h"
+#include "storage/wal/wal.h"
+
+typedef struct {
+    wal *w;
+    bool detached;
+} raft_wal_storage;
+
+/* Fills `out` for use as raft_host_config.storage; `s` must outlive the host. */
+void raft_wal_storage_init(raft_wal_storage *s, wal *w, raft_host_storage *out);
+void raft_wal_storage_detach(raft_wal_storage *s);
+
+#endif
