@@ -1,0 +1,1002 @@
+/*
+ * Real loopback endpoints on one uv loop. Every wait runs the loop until a condition
+ * holds, with a deadline (a ticker timer makes sure uv_run returns to re-check).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "rpc/frame.h"
+#include "rpc/rpc.h"
+
+#define WAIT_MS  5000
+#define MAX_MSGS 4096
+
+typedef struct {
+    rpc *r;
+    uint64_t id;
+    int port;
+    /* received messages */
+    int nmsg;
+    uint64_t msg_peer[MAX_MSGS];
+    uint32_t msg_type[MAX_MSGS];
+    uint32_t msg_seq[MAX_MSGS];
+    size_t msg_len[MAX_MSGS];
+    /* request handling */
+    bool hold_requests; /* keep responders instead of answering */
+    rpc_responder *held[64];
+    int nheld;
+    int nreq;
+    int peer_up, peer_down;
+} node;
+
+typedef struct {
+    int done;
+    int status;
+    strata_err err;
+    uint8_t data[256];
+    size_t len;
+} call_result;
+
+static uv_loop_t loop;
+/* Endpoints still open, so a failed test's teardown can close them. */
+static node *live[16];
+
+static void on_tick(uv_timer_t *t)
+{
+    (void)t;
+}
+
+/* Runs the loop until cond(arg) is true or WAIT_MS passes; returns cond's final value. */
+static bool run_until(bool (*cond)(void *), void *arg)
+{
+    uv_timer_t tick;
+    uv_timer_init(&loop, &tick);
+    uv_timer_start(&tick, on_tick, 5, 5);
+    uint64_t deadline = uv_now(&loop) + WAIT_MS;
+    bool ok;
+    while (!(ok = cond(arg)) && uv_now(&loop) < deadline)
+        uv_run(&loop, UV_RUN_ONCE);
+    uv_close((uv_handle_t *)&tick, NULL);
+    uv_run(&loop, UV_RUN_NOWAIT);
+    return ok;
+}
+
+static bool never(void *arg)
+{
+    (void)arg;
+    return false;
+}
+
+/* Runs the loop for about `ms` (used only to show something does NOT happen). */
+static void run_for(uint32_t ms)
+{
+    uv_timer_t tick;
+    uv_timer_init(&loop, &tick);
+    uv_timer_start(&tick, on_tick, 5, 5);
+    uint64_t deadline = uv_now(&loop) + ms;
+    while (!never(NULL) && uv_now(&loop) < deadline)
+        uv_run(&loop, UV_RUN_ONCE);
+    uv_close((uv_handle_t *)&tick, NULL);
+    uv_run(&loop, UV_RUN_NOWAIT);
+}
+
+static void on_message(void *ctx, uint64_t peer, uint32_t type, const uint8_t *data, size_t len)
+{
+    node *n = ctx;
+    assert_true(n->nmsg < MAX_MSGS);
+    n->msg_peer[n->nmsg] = peer;
+    n->msg_type[n->nmsg] = type;
+    n->msg_len[n->nmsg] = len;
+    uint32_t seq = 0;
+    if (len >= 4)
+        memcpy(&seq, data, 4);
+    n->msg_seq[n->nmsg] = seq;
+    n->nmsg++;
+}
+
+/* Echo server: type 1 echoes "re:" + payload; type 2 answers an error; holds if asked. */
+static void on_request(void *ctx, uint64_t peer, uint32_t type, const uint8_t *data, size_t len,
+                       rpc_responder *resp)
+{
+    node *n = ctx;
+    n->nreq++;
+    assert_int_equal(rpc_responder_peer(resp), peer);
+    if (n->hold_requests) {
+        assert_true(n->nheld < 64);
+        n->held[n->nheld++] = resp;
+        return;
+    }
+    if (type == 2) {
+        rpc_respond_error(resp, ERR_CONDITIONAL_CHECK, "The conditional request failed");
+        return;
+    }
+    uint8_t out[300];
+    memcpy(out, "re:", 3);
+    if (len > 0)
+        memcpy(out + 3, data, len);
+    assert_int_equal(rpc_respond(resp, out, len + 3, NULL), 0);
+}
+
+static void on_peer_state(void *ctx, uint64_t peer, bool up)
+{
+    node *n = ctx;
+    (void)peer;
+    if (up)
+        n->peer_up++;
+    else
+        n->peer_down++;
+}
+
+static void on_call_done(void *ctx, int status, const strata_err *err, const uint8_t *data,
+                         size_t len)
+{
+    call_result *c = ctx;
+    c->done++;
+    c->status = status;
+    if (err != NULL)
+        c->err = *err;
+    if (status == 0) {
+        assert_true(len <= sizeof c->data);
+        memcpy(c->data, data, len);
+        c->len = len;
+    }
+}
+
+static int open_node_opts(node *n, uint64_t id, const char *cluster, int port,
+                          const rpc_options *base, strata_err *err)
+{
+    rpc_options o = base != NULL ? *base : (rpc_options){0};
+    o.node_id = id;
+    o.cluster_id = cluster;
+    o.listen_host = "127.0.0.1";
+    o.listen_port = port;
+    if (o.connect_timeout_ms == 0)
+        o.connect_timeout_ms = 500;
+    if (o.backoff_min_ms == 0)
+        o.backoff_min_ms = 5;
+    if (o.backoff_max_ms == 0)
+        o.backoff_max_ms = 40;
+    o.seed = id;
+    rpc_handlers h = {on_message, on_request, on_peer_state, n};
+    n->id = id;
+    n->r = rpc_open(&loop, &o, &h, err);
+    if (n->r == NULL)
+        return -1;
+    n->port = rpc_listen_port(n->r);
+    for (int i = 0; i < 16; i++) {
+        if (live[i] == NULL) {
+            live[i] = n;
+            break;
+        }
+    }
+    return 0;
+}
+
+static node *open_node(uint64_t id, const char *cluster, int port)
+{
+    node *n = calloc(1, sizeof *n);
+    assert_int_equal(open_node_opts(n, id, cluster, port, NULL, NULL), 0);
+    return n;
+}
+
+static void close_node(node *n)
+{
+    if (n->r != NULL)
+        rpc_close(n->r);
+    n->r = NULL;
+    for (int i = 0; i < 16; i++)
+        if (live[i] == n)
+            live[i] = NULL;
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    return uv_loop_init(&loop);
+}
+
+static void close_stray(uv_handle_t *h, void *arg)
+{
+    (void)arg;
+    if (!uv_is_closing(h))
+        uv_close(h, NULL);
+}
+
+/* A passing test closed everything itself: a leaked handle makes uv_loop_close fail.
+ * After a failed test, close what it left so the next tests still run. */
+static int teardown(void **state)
+{
+    (void)state;
+    bool leftovers = false;
+    for (int i = 0; i < 16; i++) {
+        if (live[i] != NULL) {
+            leftovers = true;
+            close_node(live[i]);
+        }
+    }
+    uv_run(&loop, UV_RUN_NOWAIT);
+    uv_run(&loop, UV_RUN_NOWAIT);
+    int rc = uv_loop_close(&loop);
+    if (rc != 0) {
+        uv_walk(&loop, close_stray, NULL);
+        uv_run(&loop, UV_RUN_DEFAULT);
+        uv_loop_close(&loop);
+    }
+    return rc == 0 && !leftovers ? 0 : -1;
+}
+
+typedef struct {
+    node *n;
+    uint64_t peer;
+} peer_ref;
+
+static bool is_connected(void *arg)
+{
+    peer_ref *p = arg;
+    rpc_peer_stats s;
+    return rpc_peer_stats_get(p->n->r, p->peer, &s, NULL) == 0 && s.connected;
+}
+
+static bool is_disconnected(void *arg)
+{
+    return !is_connected(arg);
+}
+
+typedef struct {
+    node *n;
+    int count;
+} msg_wait;
+
+static bool has_msgs(void *arg)
+{
+    msg_wait *w = arg;
+    return w->n->nmsg >= w->count;
+}
+
+static bool call_done(void *arg)
+{
+    return ((call_result *)arg)->done > 0;
+}
+
+static void send_seq(node *from, uint64_t to, uint32_t seq, size_t len)
+{
+    uint8_t buf[4096] = {0};
+    assert_true(len >= 4 && len <= sizeof buf);
+    memcpy(buf, &seq, 4);
+    strata_err e;
+    int rc = rpc_send(from->r, to, 7, buf, len, &e);
+    if (rc != 0)
+        fail_msg("rpc_send: %s", e.msg);
+}
+
+static void test_handshake(void **state)
+{
+    (void)state;
+    node *a = open_node(1, "c1", 0), *b = open_node(2, "c1", 0);
+    assert_int_equal(rpc_add_peer(a->r, 2, "127.0.0.1", b->port, NULL), 0);
+    peer_ref ab = {a, 2};
+    assert_true(run_until(is_connected, &ab));
+    assert_int_equal(a->peer_up, 1);
+    rpc_peer_stats s;
+    assert_int_equal(rpc_peer_stats_get(a->r, 2, &s, NULL), 0);
+    assert_int_equal(s.connects, 1);
+    rpc_stats bs;
+    rpc_stats_get(b->r, &bs);
+    assert_int_equal(bs.accepted, 1);
+    assert_int_equal(bs.handshake_rejects, 0);
+    close_node(a);
+    close_node(b);
+    free(a);
+    free(b);
+}
+
+static void test_send_in_order_batched(void **state)
+{
+    (void)state;
+    node *a = open_node(1, "c1", 0), *b = open_node(2, "c1", 0);
+    assert_int_equal(rpc_add_peer(a->r, 2, "127.0.0.1", b->port, NULL), 0);
+    /* Queued before the handshake: must wait for it, then arrive first. */
+    for (uint32_t i = 0; i < 10; i++)
+        send_seq(a, 2, i, 100);
+    peer_ref ab = {a, 2};
+    assert_true(run_until(is_connected, &ab));
+    for (uint32_t i = 10; i < 2000; i++)
+        send_seq(a, 2, i, i % 3 == 0 ? 4000 : 100);
+    msg_wait w = {b, 2000};
+    assert_true(run_until(has_msgs, &w));
+    for (int i = 0; i < 2000; i++) {
+        assert_int_equal(b->msg_seq[i], i);
+        assert_int_equal(b->msg_peer[i], 1);
+        assert_int_equal(b->msg_type[i], 7);
+        assert_int_equal(b->msg_len[i], i % 3 == 0 && i >= 10 ? 4000 : 100);
+    }
+    rpc_peer_stats s;
+    assert_int_equal(rpc_peer_stats_get(a->r, 2, &s, NULL), 0);
+    assert_int_equal(s.frames_sent, 2000);
+    /* One loop iteration's frames go out in one write. */
+    assert_true(s.writes <= 3);
+    assert_int_equal(s.queued_bytes, 0);
+    close_node(a);
+    close_node(b);
+    free(a);
+    free(b);
+}
+
+static void test_calls(void **state)
+{
+    (void)state;
+    node *a = open_node(1, "c1", 0), *b = open_node(2, "c1", 0);
+    assert_int_equal(rpc_add_peer(a->r, 2, "127.0.0.1", b->port, NULL), 0);
+    enum { N = 50 };
+    call_result res[N];
+    memset(res, 0, sizeof res);
+    for (int i = 0; i < N; i++) {
+        char msg[16];
+        int len = snprintf(msg, sizeof msg, "q%d", i);
+        assert_int_equal(rpc_call(a->r, 2, 1, msg, (size_t)len, 2000, on_call_done, &res[i], NULL),
+                         0);
+        assert_int_equal(res[i].done, 0); /* never inside rpc_call */
+    }
+    for (int i = 0; i < N; i++) {
+        assert_true(run_until(call_done, &res[i]));
+        char want[16];
+        int len = snprintf(want, sizeof want, "re:q%d", i);
+        assert_int_equal(res[i].status, 0);
+        assert_int_equal(res[i].len, len);
+        assert_memory_equal(res[i].data, want, (size_t)len);
+    }
+    /* A remote error keeps its code and message. */
+    call_result er = {0};
+    assert_int_equal(rpc_call(a->r, 2, 2, "x", 1, 2000, on_call_done, &er, NULL), 0);
+    assert_true(run_until(call_done, &er));
+    assert_int_equal(er.status, -1);
+    assert_int_equal(er.err.code, ERR_CONDITIONAL_CHECK);
+    assert_string_equal(er.err.msg, "The conditional request failed");
+    /* Empty request and response payloads. */
+    call_result em = {0};
+    assert_int_equal(rpc_call(a->r, 2, 1, NULL, 0, 2000, on_call_done, &em, NULL), 0);
+    assert_true(run_until(call_done, &em));
+    assert_int_equal(em.len, 3);
+    rpc_peer_stats s;
+    assert_int_equal(rpc_peer_stats_get(a->r, 2, &s, NULL), 0);
+    assert_int_equal(s.calls, N + 2);
+    assert_int_equal(s.call_failures, 1);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(res[i].done, 1);
+    close_node(a);
+    close_node(b);
+    free(a);
+    free(b);
+}
+
+static void test_no_request_handler(void **state)
+{
+    (void)state;
+    node *a = open_node(1, "c1", 0);
+    node *b = calloc(1, sizeof *b);
+    rpc_options o = {.node_id = 2, .cluster_id = "c1", .listen_host = "127.0.0.1"};
+    rpc_handlers h = {0};
+    b->r = rpc_open(&loop, &o, &h, NULL);
+    assert_non_null(b->r);
+    assert_int_equal(rpc_add_peer(a->r, 2, "127.0.0.1", rpc_listen_port(b->r), NULL), 0);
+    call_result res = {0};
+    assert_int_equal(rpc_call(a->r, 2, 1, "x", 1, 2000, on_call_done, &res, NULL), 0);
+    assert_true(run_until(call_done, &res));
+    assert_int_equal(res.status, -1);
+    assert_int_equal(res.err.code, ERR_UNKNOWN_OPERATION);
+    close_node(a);
+    close_node(b);
+    free(a);
+    free(b);
+}
+
+static void test_call_deadline(void **state)
+{
+    (void)state;
+    node *a = open_node(1, "c1", 0), *b = open_node(2, "c1", 0);
+    b->hold_requests = true;
+    assert_int_equal(rpc_add_peer(a->r, 2, "127.0.0.1", b->port, NULL), 0);
+    call_result res = {0};
+    uint64_t start = uv_now(&loop);
+    assert_int_equal(rpc_call(a->r, 2, 1, "slow", 4, 100, on_call_done, &res, NULL), 0);
+    assert_true(run_until(call_done, &res));
+    assert_true(uv_now(&loop) - start >= 99);
+    assert_int_equal(res.status, -1);
+    assert_int_equal(res.err.code, ERR_UNAVAILABLE);
+    assert_int_equal(b->nheld, 1);
+    /* The late response is dropped: the callback does not run again. */
+    assert_int_equal(rpc_respond(b->held[0], "late", 4, NULL), 0);
+    run_for(50);
+    assert_int_equal(res.done, 1);
+    rpc_peer_stats s;
+    assert_int_equal(rpc_peer_stats_get(a->r, 2, &s, NULL), 0);
+    assert_int_equal(s.call_timeouts, 1);
+    /* A call outstanding at close completes with ERR_UNAVAILABLE, inside rpc_close. */
+    call_result c2 = {0};
+    assert_int_equal(rpc_call(a->r, 2, 1, "x", 1, 5000, on_call_done, &c2, NULL), 0);
+    close_node(a);
+    assert_int_equal(c2.done, 1);
+    assert_int_equal(c2.err.code, ERR_UNAVAILABLE);
+    close_node(b); /* releases b's held responder */
+    free(a);
+    free(b);
+}
+
+static void test_reconnect_after_restart(void **state)
+{
+    (void)state;
+    node *a = open_node(1, "c1", 0), *b = open_node(2, "c1", 0);
+    int port = b->port;
+    assert_int_equal(rpc_add_peer(a->r, 2, "127.0.0.1", port, NULL), 0);
+    peer_ref ab = {a, 2};
+    assert_true(run_until(is_connected, &ab));
+    send_seq(a, 2, 1, 8);
+    msg_wait w = {b, 1};
+    assert_true(run_until(has_msgs, &w));
+
+    /* A call written before the peer dies fails when the connection breaks. */
+    b->hold_requests = true;
+    call_result res = {0};
+    assert_int_equal(rpc_call(a->r, 2, 1, "x", 1, 4000, on_call_done, &res, NULL), 0);
+    w.count = 1;
+    b->nmsg = 0;
+    b->nreq = 0;
+    while (b->nreq == 0)
+        uv_run(&loop, UV_RUN_ONCE);
+    close_node(b);
+    assert_true(run_until(call_done, &res));
+    assert_int_equal(res.err.code, ERR_UNAVAILABLE);
+    assert_true(run_until(is_disconnected, &ab));
+    assert_int_equal(a->peer_down, 1);
+
+    /* Sent while the peer is down: waits in the queue. */
+    send_seq(a, 2, 100, 8);
+    run_for(60); /* several failed dials with backoff */
+    rpc_peer_stats s;
+    assert_int_equal(rpc_peer_stats_get(a->r, 2, &s, NULL), 0);
+    assert_true(s.connect_failures >= 2);
+    assert_true(s.queued_bytes > 0);
+
+    node *b2 = open_node(2, "c1", port);
+    assert_true(run_until(is_connected, &ab));
+    send_seq(a, 2, 101, 8);
+    msg_wait w2 = {b2, 2};
+    assert_true(run_until(has_msgs, &w2));
+    assert_int_equal(b2->msg_seq[0], 100);
+    assert_int_equal(b2->msg_seq[1], 101);
+    assert_int_equal(rpc_peer_stats_get(a->r, 2, &s, NULL), 0);
+    assert_int_equal(s.connects, 2);
+    assert_int_equal(a->peer_up, 2);
+    close_node(a);
+    close_node(b2);
+    free(a);
+    free(b);
+    free(b2);
+}
+
+typedef struct {
+    node *a, *c;
+} mismatch;
+
+static bool rejected(void *arg)
+{
+    mismatch *m = arg;
+    rpc_peer_stats s;
+    rpc_stats cs;
+    rpc_peer_stats_get(m->a->r, 3, &s, NULL);
+    rpc_stats_get(m->c->r, &cs);
+    return s.handshake_rejects >= 2 && cs.handshake_rejects >= 2;
+}
+
+static void test_cluster_mismatch(void **state)
+{
+    (void)state;
+    node *a = open_node(1, "c1", 0), *c = open_node(3, "other-cluster", 0);
+    assert_int_equal(rpc_add_peer(a->r, 3, "127.0.0.1", c->port, NULL), 0);
+    send_seq(a, 3, 1, 8);
+    call_result res = {0};
+    assert_int_equal(rpc_call(a->r, 3, 1, "x", 1, 200, on_call_done, &res, NULL), 0);
+    mismatch m = {a, c};
+    assert_true(run_until(rejected, &m));
+    assert_true(run_until(call_done, &res));
+    assert_int_equal(res.err.code, ERR_UNAVAILABLE);
+    assert_int_equal(c->nmsg, 0);
+    assert_int_equal(c->nreq, 0);
+    assert_int_equal(a->peer_up, 0);
+    close_node(a);
+    close_node(c);
+    free(a);
+    free(c);
+}
+
+/* Dialling an address where a different node answers is rejected too. */
+static void test_wrong_node_at_address(void **state)
+{
+    (void)state;
+    node *a = open_node(1, "c1", 0), *b = open_node(2, "c1", 0);
+    assert_int_equal(rpc_add_peer(a->r, 5, "127.0.0.1", b->port, NULL), 0);
+    send_seq(a, 5, 1, 8);
+    run_for(100);
+    rpc_peer_stats s;
+    assert_int_equal(rpc_peer_stats_get(a->r, 5, &s, NULL), 0);
+    assert_false(s.connected);
+    assert_true(s.handshake_rejects >= 1);
+    assert_int_equal(b->nmsg, 0);
+    close_node(a);
+    close_node(b);
+    free(a);
+    free(b);
+}
+
+static void test_back_pressure(void **state)
+{
+    (void)state;
+    /* Find a free port, then leave it closed: the peer is down. */
+    node *probe = open_node(2, "c1", 0);
+    int port = probe->port;
+    close_node(probe);
+    run_for(1);
+    rpc_options o = {.max_queued_bytes = 4096};
+    node *a = calloc(1, sizeof *a);
+    assert_int_equal(open_node_opts(a, 1, "c1", 0, &o, NULL), 0);
+    assert_int_equal(rpc_add_peer(a->r, 2, "127.0.0.1", port, NULL), 0);
+    /* 3 frames of 32 + 1000 bytes fit in 4096; the 4th does not. */
+    for (uint32_t i = 0; i < 3; i++)
+        send_seq(a, 2, i, 1000);
+    uint8_t big[1000] = {0};
+    strata_err e;
+    assert_int_equal(rpc_send(a->r, 2, 7, big, sizeof big, &e), -1);
+    assert_int_equal(e.code, ERR_BUSY);
+    call_result res = {0};
+    assert_int_equal(rpc_call(a->r, 2, 1, big, sizeof big, 1000, on_call_done, &res, &e), -1);
+    assert_int_equal(e.code, ERR_BUSY);
+    /* Smaller still fits. */
+    assert_int_equal(rpc_send(a->r, 2, 7, big, 900, &e), 0);
+    rpc_peer_stats s;
+    assert_int_equal(rpc_peer_stats_get(a->r, 2, &s, NULL), 0);
+    assert_int_equal(s.busy_rejects, 2);
+    assert_int_equal(s.queued_bytes, 3 * 1032 + 932);
+    run_for(30);
+
+    /* The peer comes up: the queue drains in order and sending works again. */
+    free(probe);
+    probe = open_node(2, "c1", port);
+    msg_wait w = {probe, 4};
+    assert_true(run_until(has_msgs, &w));
+    for (uint32_t i = 0; i < 3; i++)
+        assert_int_equal(probe->msg_seq[i], i);
+    assert_int_equal(probe->msg_len[3], 900);
+    assert_int_equal(rpc_send(a->r, 2, 7, big, sizeof big, &e), 0);
+    assert_int_equal(res.done, 0);
+    close_node(a);
+    close_node(probe);
+    free(a);
+    free(probe);
+}
+
+static void test_remove_peer_fails_calls(void **state)
+{
+    (void)state;
+    node *a = open_node(1, "c1", 0), *b = open_node(2, "c1", 0);
+    b->hold_requests = true;
+    assert_int_equal(rpc_add_peer(a->r, 2, "127.0.0.1", b->port, NULL), 0);
+    call_result res = {0};
+    assert_int_equal(rpc_call(a->r, 2, 1, "x", 1, 5000, on_call_done, &res, NULL), 0);
+    while (b->nreq == 0)
+        uv_run(&loop, UV_RUN_ONCE);
+    strata_err e;
+    assert_int_equal(rpc_remove_peer(a->r, 2, &e), 0);
+    assert_int_equal(res.done, 1);
+    assert_int_equal(res.err.code, ERR_UNAVAILABLE);
+    assert_int_equal(rpc_send(a->r, 2, 1, "x", 1, &e), -1);
+    assert_int_equal(e.code, ERR_NOT_FOUND);
+    assert_int_equal(rpc_remove_peer(a->r, 2, &e), -1);
+    assert_int_equal(e.code, ERR_NOT_FOUND);
+    /* Re-adding works. */
+    b->hold_requests = false;
+    assert_int_equal(rpc_add_peer(a->r, 2, "127.0.0.1", b->port, NULL), 0);
+    call_result r2 = {0};
+    assert_int_equal(rpc_call(a->r, 2, 1, "y", 1, 5000, on_call_done, &r2, NULL), 0);
+    assert_true(run_until(call_done, &r2));
+    assert_int_equal(r2.status, 0);
+    close_node(a);
+    close_node(b);
+    free(a);
+    free(b);
+}
+
+static void test_bad_arguments(void **state)
+{
+    (void)state;
+    strata_err e;
+    node n = {0};
+    assert_int_equal(open_node_opts(&n, 0, "c1", 0, NULL, &e), -1);
+    assert_int_equal(e.code, ERR_VALIDATION);
+    assert_int_equal(open_node_opts(&n, 1, "", 0, NULL, &e), -1);
+    assert_int_equal(e.code, ERR_VALIDATION);
+    rpc_options o = {.node_id = 1, .cluster_id = "c1", .listen_host = "not-an-ip"};
+    assert_null(rpc_open(&loop, &o, NULL, &e));
+    assert_int_equal(e.code, ERR_VALIDATION);
+
+    node *a = open_node(1, "c1", 0);
+    /* Port in use. */
+    node other = {0};
+    assert_int_equal(open_node_opts(&other, 2, "c1", a->port, NULL, &e), -1);
+    assert_int_equal(e.code, ERR_IO);
+    assert_int_equal(rpc_add_peer(a->r, 1, "127.0.0.1", 1, &e), -1);
+    assert_int_equal(e.code, ERR_VALIDATION);
+    assert_int_equal(rpc_add_peer(a->r, 0, "127.0.0.1", 1, &e), -1);
+    assert_int_equal(rpc_add_peer(a->r, 2, "localhost", 1, &e), -1);
+    assert_int_equal(e.code, ERR_VALIDATION);
+    assert_int_equal(rpc_add_peer(a->r, 2, "127.0.0.1", 0, &e), -1);
+    assert_int_equal(rpc_add_peer(a->r, 2, "::1", 9, &e), 0);
+    assert_int_equal(rpc_add_peer(a->r, 2, "127.0.0.1", 9, &e), -1);
+    assert_int_equal(e.code, ERR_RESOURCE_IN_USE);
+    assert_int_equal(rpc_send(a->r, 9, 1, "x", 1, &e), -1);
+    assert_int_equal(e.code, ERR_NOT_FOUND);
+    rpc_peer_stats s;
+    assert_int_equal(rpc_peer_stats_get(a->r, 9, &s, &e), -1);
+    assert_int_equal(e.code, ERR_NOT_FOUND);
+    assert_int_equal(rpc_call(a->r, 2, 1, "x", 1, 0, on_call_done, NULL, &e), -1);
+    assert_int_equal(e.code, ERR_VALIDATION);
+    uint8_t *huge = calloc(1, (16u << 20) + 1);
+    assert_int_equal(rpc_send(a->r, 2, 1, huge, (16u << 20) + 1, &e), -1);
+    assert_int_equal(e.code, ERR_VALIDATION);
+    free(huge);
+    close_node(a);
+    free(a);
+}
+
+/* A raw TCP client that writes whatever the test gives it and records EOF. */
+typedef struct {
+    uv_tcp_t tcp;
+    uv_connect_t creq;
+    uv_write_t wreq;
+    uv_buf_t out;
+    bool connected, eof;
+    uint8_t rbuf[4096];
+} raw_client;
+
+static void raw_alloc(uv_handle_t *h, size_t s, uv_buf_t *b)
+{
+    (void)s;
+    raw_client *c = h->data;
+    *b = uv_buf_init((char *)c->rbuf, sizeof c->rbuf);
+}
+
+static void raw_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b)
+{
+    (void)b;
+    raw_client *c = s->data;
+    if (n < 0)
+        c->eof = true;
+}
+
+static void raw_written(uv_write_t *w, int status)
+{
+    (void)w;
+    (void)status;
+}
+
+static void raw_connected(uv_connect_t *req, int status)
+{
+    raw_client *c = req->data;
+    assert_int_equal(status, 0);
+    c->connected = true;
+    uv_read_start((uv_stream_t *)&c->tcp, raw_alloc, raw_read);
+    if (c->out.len > 0)
+        uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &c->out, 1, raw_written);
+}
+
+static bool raw_eof(void *arg)
+{
+    return ((raw_client *)arg)->eof;
+}
+
+static void raw_connect(raw_client *c, int port, const void *bytes, size_t len)
+{
+    struct sockaddr_in addr;
+    uv_ip4_addr("127.0.0.1", port, &addr);
+    uv_tcp_init(&loop, &c->tcp);
+    c->tcp.data = c;
+    c->creq.data = c;
+    c->out = uv_buf_init((char *)bytes, (unsigned)len);
+    assert_int_equal(uv_tcp_connect(&c->creq, &c->tcp, (struct sockaddr *)&addr, raw_connected), 0);
+}
+
+static void test_corrupt_stream_closes_connection(void **state)
+{
+    (void)state;
+    node *b = open_node(2, "c1", 0);
+    static const char garbage[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\nmore garbage to fill";
+    raw_client *c = calloc(1, sizeof *c);
+    raw_connect(c, b->port, garbage, sizeof garbage);
+    assert_true(run_until(raw_eof, c));
+    rpc_stats st;
+    rpc_stats_get(b->r, &st);
+    assert_int_equal(st.corrupt_frames, 1);
+
+    /* A well-formed frame other than Hello as the first frame is refused too. */
+    raw_client *c2 = calloc(1, sizeof *c2);
+    static uint8_t frame[RPC_FRAME_HEADER_SIZE + 3];
+    memcpy(frame + RPC_FRAME_HEADER_SIZE, "abc", 3);
+    rpc_frame f = {.type = RPC_FRAME_MESSAGE, .msg_type = 1, .payload = frame + 32, .len = 3};
+    rpc_frame_write_header(frame, &f);
+    raw_connect(c2, b->port, frame, sizeof frame);
+    assert_true(run_until(raw_eof, c2));
+    assert_int_equal(b->nmsg, 0);
+    rpc_stats_get(b->r, &st);
+    assert_int_equal(st.corrupt_frames, 2);
+
+    uv_close((uv_handle_t *)&c->tcp, NULL);
+    uv_close((uv_handle_t *)&c2->tcp, NULL);
+    close_node(b);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    free(c);
+    free(c2);
+    free(b);
+}
+
+/* A client that connects and never says Hello is dropped after the connect timeout. */
+static void test_silent_client_times_out(void **state)
+{
+    (void)state;
+    rpc_options o = {.connect_timeout_ms = 100};
+    node *b = calloc(1, sizeof *b);
+    assert_int_equal(open_node_opts(b, 2, "c1", 0, &o, NULL), 0);
+    raw_client *c = calloc(1, sizeof *c);
+    raw_connect(c, b->port, NULL, 0);
+    uint64_t start = uv_now(&loop);
+    assert_true(run_until(raw_eof, c));
+    assert_true(uv_now(&loop) - start >= 90);
+    uv_close((uv_handle_t *)&c->tcp, NULL);
+    close_node(b);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    free(c);
+    free(b);
+}
+
+/* Both directions at once, and responses to the peer's requests on its connection. */
+static void test_bidirectional(void **state)
+{
+    (void)state;
+    node *a = open_node(1, "c1", 0), *b = open_node(2, "c1", 0);
+    assert_int_equal(rpc_add_peer(a->r, 2, "127.0.0.1", b->port, NULL), 0);
+    assert_int_equal(rpc_add_peer(b->r, 1, "127.0.0.1", a->port, NULL), 0);
+    call_result ra = {0}, rb = {0};
+    assert_int_equal(rpc_call(a->r, 2, 1, "from-a", 6, 2000, on_call_done, &ra, NULL), 0);
+    assert_int_equal(rpc_call(b->r, 1, 1, "from-b", 6, 2000, on_call_done, &rb, NULL), 0);
+    send_seq(a, 2, 5, 8);
+    send_seq(b, 1, 6, 8);
+    assert_true(run_until(call_done, &ra));
+    assert_true(run_until(call_done, &rb));
+    assert_memory_equal(ra.data, "re:from-a", 9);
+    assert_memory_equal(rb.data, "re:from-b", 9);
+    msg_wait wa = {a, 1}, wb = {b, 1};
+    assert_true(run_until(has_msgs, &wa));
+    assert_true(run_until(has_msgs, &wb));
+    assert_int_equal(a->msg_seq[0], 6);
+    assert_int_equal(b->msg_seq[0], 5);
+    assert_int_equal(a->msg_peer[0], 2);
+    close_node(a);
+    close_node(b);
+    free(a);
+    free(b);
+}
+
+typedef struct {
+    node *n;
+    size_t want;
+    uint8_t fill;
+    int got;
+} big_wait;
+
+static void on_big_message(void *ctx, uint64_t peer, uint32_t type, const uint8_t *data, size_t len)
+{
+    big_wait *w = ctx;
+    (void)peer, (void)type;
+    assert_int_equal(len, w->want);
+    for (size_t i = 0; i < len; i++)
+        if (data[i] != (uint8_t)(i * 7 + w->fill))
+            fail_msg("byte %zu differs", i);
+    w->got++;
+}
+
+static bool big_arrived(void *arg)
+{
+    return ((big_wait *)arg)->got > 0;
+}
+
+static bool reconnected(void *arg)
+{
+    peer_ref *p = arg;
+    rpc_peer_stats s;
+    return rpc_peer_stats_get(p->n->r, p->peer, &s, NULL) == 0 && s.connected && s.connects >= 2;
+}
+
+static bool has_corrupt(void *arg)
+{
+    rpc_stats st;
+    rpc_stats_get(((node *)arg)->r, &st);
+    return st.corrupt_frames > 0;
+}
+
+/* Frames larger than a socket read are reassembled; one over the receiver's bound closes
+ * the connection as corrupt (and the sender reconnects). */
+static void test_large_frames(void **state)
+{
+    (void)state;
+    big_wait w = {.want = 1500000, .fill = 3};
+    rpc_options bo = {
+        .node_id = 2, .cluster_id = "c1", .listen_host = "127.0.0.1", .max_frame_bytes = 2000000};
+    rpc_handlers bh = {.on_message = on_big_message, .ctx = &w};
+    node *b = calloc(1, sizeof *b);
+    b->r = rpc_open(&loop, &bo, &bh, NULL);
+    assert_non_null(b->r);
+    live[15] = b;
+    rpc_options ao = {.max_frame_bytes = 3000000};
+    node *a = calloc(1, sizeof *a);
+    assert_int_equal(open_node_opts(a, 1, "c1", 0, &ao, NULL), 0);
+    assert_int_equal(rpc_add_peer(a->r, 2, "127.0.0.1", rpc_listen_port(b->r), NULL), 0);
+    uint8_t *big = malloc(2500000);
+    for (size_t i = 0; i < 2500000; i++)
+        big[i] = (uint8_t)(i * 7 + 3);
+    assert_int_equal(rpc_send(a->r, 2, 1, big, w.want, NULL), 0);
+    assert_true(run_until(big_arrived, &w));
+
+    peer_ref ab = {a, 2};
+    assert_int_equal(rpc_send(a->r, 2, 1, big, 2500000, NULL), 0);
+    assert_true(run_until(has_corrupt, b));
+    rpc_stats bs;
+    rpc_stats_get(b->r, &bs);
+    assert_int_equal(bs.corrupt_frames, 1);
+    assert_int_equal(w.got, 1);
+    /* Reconnected (a second handshake); normal traffic flows again. */
+    assert_true(run_until(reconnected, &ab));
+    w.got = 0;
+    assert_int_equal(rpc_send(a->r, 2, 1, big, w.want, NULL), 0);
+    assert_true(run_until(big_arrived, &w));
+    free(big);
+    close_node(a);
+    close_node(b);
+    free(a);
+    free(b);
+}
+
+typedef struct {
+    rpc *self;
+    int messages;
+    int calls;
+} closer;
+
+static void close_on_message(void *ctx, uint64_t peer, uint32_t type, const uint8_t *data,
+                             size_t len)
+{
+    closer *c = ctx;
+    (void)peer, (void)type, (void)data, (void)len;
+    if (c->messages++ == 0)
+        rpc_close(c->self);
+}
+
+static void close_in_call_cb(void *ctx, int status, const strata_err *err, const uint8_t *data,
+                             size_t len)
+{
+    closer *c = ctx;
+    (void)status, (void)err, (void)data, (void)len;
+    if (c->calls++ == 0)
+        rpc_close(c->self);
+}
+
+static bool closer_called(void *arg)
+{
+    closer *c = arg;
+    return c->messages > 0 || c->calls > 0;
+}
+
+/* rpc_close from inside callbacks, with frames queued and writes in flight: nothing
+ * leaks (ASan) and nothing is touched after release. */
+static void test_close_from_callbacks(void **state)
+{
+    (void)state;
+    closer cb = {0}, ca = {0};
+    rpc_options bo = {.node_id = 2, .cluster_id = "c1", .listen_host = "127.0.0.1"};
+    rpc_handlers bh = {.on_message = close_on_message, .on_request = on_request, .ctx = &cb};
+    cb.self = rpc_open(&loop, &bo, &bh, NULL);
+    assert_non_null(cb.self);
+    rpc_options ao = {.node_id = 1,
+                      .cluster_id = "c1",
+                      .listen_host = "127.0.0.1",
+                      .backoff_min_ms = 5,
+                      .backoff_max_ms = 10};
+    rpc_handlers ah = {0};
+    ca.self = rpc_open(&loop, &ao, &ah, NULL);
+    assert_non_null(ca.self);
+    assert_int_equal(rpc_add_peer(ca.self, 2, "127.0.0.1", rpc_listen_port(cb.self), NULL), 0);
+    /* Many frames in one batch: b closes itself on the first, mid-read. */
+    static uint8_t payload[4096];
+    for (int i = 0; i < 500; i++)
+        assert_int_equal(rpc_send(ca.self, 2, 1, payload, sizeof payload, NULL), 0);
+    /* Two calls: the first to fail (connection lost) closes a from its callback; the
+     * second then fails inside that rpc_close. */
+    assert_int_equal(rpc_call(ca.self, 2, 1, "x", 1, 3000, close_in_call_cb, &ca, NULL), 0);
+    assert_int_equal(rpc_call(ca.self, 2, 1, "y", 1, 3000, close_in_call_cb, &ca, NULL), 0);
+    assert_true(run_until(closer_called, &cb));
+    assert_int_equal(cb.messages, 1);
+    assert_true(run_until(closer_called, &ca));
+    assert_int_equal(ca.calls, 2);
+}
+
+/* Removing a peer mid-dial, mid-backoff and while connected, then closing with frames
+ * queued: no callbacks after removal, nothing leaks. */
+static void test_remove_in_every_state(void **state)
+{
+    (void)state;
+    node *a = open_node(1, "c1", 0), *b = open_node(2, "c1", 0);
+    strata_err e;
+    /* Mid-dial. */
+    assert_int_equal(rpc_add_peer(a->r, 2, "127.0.0.1", b->port, NULL), 0);
+    send_seq(a, 2, 1, 100);
+    assert_int_equal(rpc_remove_peer(a->r, 2, &e), 0);
+    run_for(20);
+    assert_int_equal(a->peer_up, 0);
+    /* Mid-backoff: a port nobody listens on (node 3 does not exist). */
+    node *gone = open_node(3, "c1", 0);
+    int dead_port = gone->port;
+    close_node(gone);
+    run_for(1);
+    free(gone);
+    assert_int_equal(rpc_add_peer(a->r, 3, "127.0.0.1", dead_port, NULL), 0);
+    run_for(20);
+    rpc_peer_stats s;
+    assert_int_equal(rpc_peer_stats_get(a->r, 3, &s, NULL), 0);
+    assert_true(s.connect_failures >= 1);
+    assert_int_equal(rpc_remove_peer(a->r, 3, &e), 0);
+    /* Connected, then removed: the peer sees the connection go. */
+    assert_int_equal(rpc_add_peer(a->r, 2, "127.0.0.1", b->port, NULL), 0);
+    peer_ref ab = {a, 2};
+    assert_true(run_until(is_connected, &ab));
+    msg_wait w = {b, 1};
+    send_seq(a, 2, 2, 100);
+    assert_true(run_until(has_msgs, &w));
+    assert_int_equal(rpc_remove_peer(a->r, 2, &e), 0);
+    assert_int_equal(a->peer_down, 0); /* removal is not reported as a lost connection */
+    /* Queued frames at close are released. */
+    assert_int_equal(rpc_add_peer(a->r, 2, "127.0.0.1", b->port, NULL), 0);
+    for (int i = 0; i < 100; i++)
+        send_seq(a, 2, (uint32_t)i, 4000);
+    close_node(a);
+    close_node(b);
+    free(a);
+    free(b);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_handshake, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_send_in_order_batched, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_calls, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_no_request_handler, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_call_deadline, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reconnect_after_restart, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cluster_mismatch, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_wrong_node_at_address, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_back_pressure, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_remove_peer_fails_calls, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bad_arguments, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_corrupt_stream_closes_connection, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_silent_client_times_out, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bidirectional, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_large_frames, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_close_from_callbacks, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_remove_in_every_state, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
