@@ -160,6 +160,17 @@ typedef struct {
 
 api_serial *api_server_serial(api_server *s);
 
+/* ---- Authentication ---- */
+
+/* Checks the shape of a SigV4 Authorization header (not the signature): it must start
+ * with the algorithm AWS4-HMAC-SHA256 and carry Credential=, Signature= and
+ * SignedHeaders=, and the request must have an X-Amz-Date or Date header (`has_date`).
+ * 0 if so; else -1 with DynamoDB's IncompleteSignatureException message in `msg` (at
+ * most cap - 1 bytes, cut short if the header is long), e.g.
+ *   Authorization header requires 'Signature' parameter. Authorization header requires
+ *   'SignedHeaders' parameter. Authorization=AWS4-HMAC-SHA256 Credential=... */
+int api_check_authorization(const char *auth, bool has_date, char *msg, size_t cap);
+
 /* ---- Misc ---- */
 
 /* Wall-clock now in milliseconds since the epoch (commands carry it, see router.h). */

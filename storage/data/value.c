@@ -199,7 +199,12 @@ int av_set_sort(av *set, strata_err *err)
 
 int av_empty_set_error(av_type t, strata_err *err)
 {
-    const char *what = t == AV_SS ? "string" : t == AV_NS ? "number" : "binary";
+    /* DynamoDB's own wording, double space and "An" included; binary sets have their own. */
+    if (t == AV_BS)
+        return strata_err_set(err, ERR_VALIDATION,
+                              "One or more parameter values were invalid: Binary sets should not "
+                              "be empty");
+    const char *what = t == AV_SS ? "string" : "number";
     return strata_err_set(err, ERR_VALIDATION,
                           "One or more parameter values were invalid: An %s set  may not be empty",
                           what);

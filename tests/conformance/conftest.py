@@ -7,6 +7,12 @@ The suite talks to one endpoint, given by the environment (run.sh sets it):
 Every test must describe DynamoDB's behaviour. Where the dynalite emulator is
 known to differ from DynamoDB, the test carries @pytest.mark.dynalite_differs(reason):
 on dynalite it is an expected failure, everywhere else it is a normal test.
+
+A test of a feature stratad does not have yet (planned for a later issue) carries
+@pytest.mark.stratad_missing(reason), the reason naming the feature, e.g.
+"GSIs: not implemented yet (later issue)". On stratad it is a STRICT expected failure:
+once the feature lands the test passes, the XPASS fails the run, and the marker must go.
+Everywhere else it is a normal test.
 """
 import http.client
 import json
@@ -69,13 +75,27 @@ def pytest_configure(config):
         "markers", "dynalite_differs(reason): dynalite deviates from DynamoDB here")
     config.addinivalue_line(
         "markers", "dynalite_crashes(reason): the request kills dynalite (skipped there)")
+    config.addinivalue_line(
+        "markers", "stratad_missing(reason): a feature stratad does not have yet "
+        "(strict expected failure on stratad only)")
 
 
 def pytest_report_header(config):
     return "conformance endpoint: %s (target: %s)" % (ENDPOINT, TARGET)
 
 
+def _mark_reason(mark):
+    return mark.args[0] if mark.args else mark.kwargs.get("reason", "")
+
+
 def pytest_collection_modifyitems(config, items):
+    if TARGET == "stratad":
+        for item in items:
+            mark = item.get_closest_marker("stratad_missing")
+            if mark is not None:
+                item.add_marker(pytest.mark.xfail(
+                    reason="stratad lacks a feature: " + _mark_reason(mark), strict=True))
+        return
     if TARGET != "dynalite":
         return
     for item in items:
@@ -84,7 +104,7 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason="kills dynalite: " + mark.args[0]))
         mark = item.get_closest_marker("dynalite_differs")
         if mark is not None:
-            reason = mark.args[0] if mark.args else mark.kwargs.get("reason", "")
+            reason = _mark_reason(mark)
             item.add_marker(pytest.mark.xfail(reason="dynalite differs: " + reason,
                                               strict=False))
 

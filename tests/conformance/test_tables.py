@@ -138,6 +138,7 @@ def test_create_table_key_schema_errors(ddb, name):
                                     {"AttributeName": "pk", "KeyType": "RANGE"}])
 
 
+@pytest.mark.stratad_missing("GSIs and LSIs: index validation not implemented yet (later issue)")
 def test_create_table_invalid_index_is_validation_error(ddb, name):
     """An index whose key attribute is not in AttributeDefinitions is refused."""
     with ddb_error("ValidationException", match=r"One or more parameter values were invalid: "
@@ -163,6 +164,7 @@ def test_create_table_invalid_index_is_validation_error(ddb, name):
                               {"AttributeName": "lk", "KeyType": "RANGE"}]}])
 
 
+@pytest.mark.stratad_missing("GSIs: not implemented yet (later issue)")
 def test_create_table_with_gsi(ddb, name):
     """A valid global secondary index is accepted and described."""
     ddb.create_table(
@@ -322,6 +324,7 @@ def test_describe_time_to_live_default(ddb, name):
 
 
 @pytest.mark.dynalite_differs("dynalite has no UpdateTimeToLive")
+@pytest.mark.stratad_missing("TTL: UpdateTimeToLive not implemented yet (later issue)")
 def test_update_time_to_live(ddb, name):
     create_table(ddb, name)
     out = ddb.update_time_to_live(TableName=name, TimeToLiveSpecification={
@@ -336,6 +339,7 @@ def test_update_time_to_live(ddb, name):
 
 
 @pytest.mark.dynalite_differs("dynalite does not charge index writes")
+@pytest.mark.stratad_missing("GSIs: not implemented yet (later issue)")
 def test_gsi_write_capacity(ddb, name):
     ddb.create_table(
         TableName=name, BillingMode="PAY_PER_REQUEST",

@@ -3,7 +3,11 @@ import pytest
 
 from conftest import ddb_error, error_type, raw_call
 
-pytestmark = pytest.mark.dynalite_differs("dynalite has no transactions")
+pytestmark = [
+    pytest.mark.dynalite_differs("dynalite has no transactions"),
+    pytest.mark.stratad_missing("transactions: TransactWriteItems/TransactGetItems not "
+                                "implemented yet (later issue)"),
+]
 
 
 def S(v):

@@ -208,7 +208,7 @@ static void validation_errors(void **state)
     item_err("{\"a\":{\"NS\":[]}}", VE,
              "One or more parameter values were invalid: An number set  may not be empty");
     item_err("{\"a\":{\"BS\":[]}}", VE,
-             "One or more parameter values were invalid: An binary set  may not be empty");
+             "One or more parameter values were invalid: Binary sets should not be empty");
     item_err("{\"a\":{\"SS\":[\"a\",\"b\",\"a\"]}}", VE,
              "One or more parameter values were invalid: Input collection [a, b, a] contains "
              "duplicates.");

@@ -234,7 +234,7 @@ static void set_sort_rules(void **state)
         err.msg, "One or more parameter values were invalid: An number set  may not be empty");
     assert_int_equal(av_set_sort(&e3, &err), -1);
     assert_string_equal(
-        err.msg, "One or more parameter values were invalid: An binary set  may not be empty");
+        err.msg, "One or more parameter values were invalid: Binary sets should not be empty");
     /* An empty string is a valid set member. */
     av sse = list_of(AV_SS, 2, S("x"), S(""));
     assert_int_equal(av_set_sort(&sse, &err), 0);

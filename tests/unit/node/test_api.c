@@ -197,6 +197,7 @@ static void http_call(const char *method, const char *extra_headers, const char 
 }
 
 #define AUTH                                                                                       \
+    "X-Amz-Date: 20240101T000000Z\r\n"                                                             \
     "Authorization: AWS4-HMAC-SHA256 Credential=x/20240101/us-east-1/dynamodb/aws4_request, "      \
     "SignedHeaders=host, Signature=00\r\n"
 
@@ -306,6 +307,158 @@ static void test_protocol_errors(void **state)
     response_free(&r);
     ddb("DescribeTable", "{\"TableName\": 5}", &r);
     expect_error(&r, 400, "com.amazon.coral.service#SerializationException", NULL);
+    response_free(&r);
+}
+
+#define INCOMPLETE  "com.amazon.coral.service#IncompleteSignatureException"
+#define REQUIRES(p) "Authorization header requires '" p "' parameter. "
+#define REQUIRES_DATE                                                                              \
+    "Authorization header requires existence of either a 'X-Amz-Date' or a 'Date' header. "
+
+/* ListTables with this Authorization header (and X-Amz-Date when `date`). */
+static void call_with_auth(const char *auth, bool date, response *r)
+{
+    char headers[1024];
+    snprintf(headers, sizeof headers,
+             "Content-Type: application/x-amz-json-1.0\r\n"
+             "X-Amz-Target: DynamoDB_20120810.ListTables\r\n%sAuthorization: %s\r\n",
+             date ? "X-Amz-Date: 20240101T000000Z\r\n" : "", auth);
+    http_call("POST", headers, "{}", r);
+}
+
+static void test_incomplete_signature(void **state)
+{
+    (void)state;
+#define CRED "AWS4-HMAC-SHA256 Credential=AKID/20240101/us-east-1/dynamodb/aws4_request"
+    response r;
+    /* The conformance suite's case: only the credential. */
+    call_with_auth(CRED, true, &r);
+    expect_error(&r, 400, INCOMPLETE,
+                 REQUIRES("Signature") REQUIRES("SignedHeaders") "Authorization=" CRED);
+    response_free(&r);
+#undef CRED
+    /* One parameter missing, in any position. */
+    call_with_auth("AWS4-HMAC-SHA256 SignedHeaders=host, Signature=ab", true, &r);
+    expect_error(&r, 400, INCOMPLETE,
+                 REQUIRES("Credential") "Authorization=AWS4-HMAC-SHA256 SignedHeaders=host, "
+                                        "Signature=ab");
+    response_free(&r);
+    call_with_auth("AWS4-HMAC-SHA256 Credential=a/b,Signature=ab", true, &r);
+    expect_error(&r, 400, INCOMPLETE,
+                 REQUIRES("SignedHeaders") "Authorization=AWS4-HMAC-SHA256 Credential=a/b,"
+                                           "Signature=ab");
+    response_free(&r);
+    /* A name without '=' is not the parameter; names are case-sensitive. */
+    call_with_auth("AWS4-HMAC-SHA256 Credential=a, SignedHeaders=h, Signature", true, &r);
+    expect_error(&r, 400, INCOMPLETE, NULL);
+    assert_non_null(strstr(jstr(r.json, "message"), REQUIRES("Signature")));
+    response_free(&r);
+    call_with_auth("AWS4-HMAC-SHA256 credential=a, signedheaders=h, signature=s", true, &r);
+    expect_error(&r, 400, INCOMPLETE,
+                 REQUIRES("Credential") REQUIRES("Signature")
+                     REQUIRES("SignedHeaders") "Authorization=AWS4-HMAC-SHA256 credential=a, "
+                                               "signedheaders=h, signature=s");
+    response_free(&r);
+    /* Not SigV4: another algorithm, a bearer token, the algorithm glued to a parameter. */
+    call_with_auth("AWS AKID:c2lnbmF0dXJl", true, &r);
+    expect_error(&r, 400, INCOMPLETE,
+                 REQUIRES("Credential") REQUIRES("Signature")
+                     REQUIRES("SignedHeaders") "Authorization=AWS AKID:c2lnbmF0dXJl");
+    response_free(&r);
+    call_with_auth("AWS4-HMAC-SHA512 Credential=a, SignedHeaders=h, Signature=s", true, &r);
+    expect_error(&r, 400, INCOMPLETE, NULL);
+    response_free(&r);
+    call_with_auth("AWS4-HMAC-SHA256Credential=a, SignedHeaders=h, Signature=s", true, &r);
+    expect_error(&r, 400, INCOMPLETE, NULL);
+    response_free(&r);
+    call_with_auth("Bearer abc", true, &r);
+    expect_error(&r, 400, INCOMPLETE, NULL);
+    response_free(&r);
+    /* No X-Amz-Date nor Date. */
+    call_with_auth("AWS4-HMAC-SHA256 Credential=a, SignedHeaders=h, Signature=s", false, &r);
+    expect_error(&r, 400, INCOMPLETE,
+                 REQUIRES_DATE "Authorization=AWS4-HMAC-SHA256 Credential=a, SignedHeaders=h, "
+                               "Signature=s");
+    response_free(&r);
+    /* A Date header is enough, and any credentials in a well-formed header are accepted. */
+    http_call("POST",
+              "Content-Type: application/x-amz-json-1.0\r\n"
+              "X-Amz-Target: DynamoDB_20120810.ListTables\r\n"
+              "Date: Mon, 01 Jan 2024 00:00:00 GMT\r\n"
+              "Authorization: AWS4-HMAC-SHA256 Credential=anyone/x, SignedHeaders=host;x, "
+              "Signature=zz\r\n",
+              "{}", &r);
+    assert_int_equal(r.status, 200);
+    response_free(&r);
+    call_with_auth("AWS4-HMAC-SHA256\tCredential=k/d/r/s/aws4_request,SignedHeaders=host;"
+                   "x-amz-date,Signature=0123",
+                   true, &r);
+    assert_int_equal(r.status, 200);
+    response_free(&r);
+    /* The operation is checked before authentication, authentication before the body. */
+    http_call("POST",
+              "X-Amz-Target: DynamoDB_20120810.NoSuch\r\nX-Amz-Date: 20240101T000000Z\r\n"
+              "Authorization: Bearer x\r\n",
+              "{}", &r);
+    expect_error(&r, 400, "com.amazon.coral.service#UnknownOperationException", NULL);
+    response_free(&r);
+    http_call("POST",
+              "X-Amz-Target: DynamoDB_20120810.ListTables\r\nX-Amz-Date: 20240101T000000Z\r\n"
+              "Authorization: Bearer x\r\n",
+              "[1]", &r);
+    expect_error(&r, 400, INCOMPLETE, NULL);
+    response_free(&r);
+}
+
+/* The check itself: bounded output, long headers cut short. */
+static void test_check_authorization(void **state)
+{
+    (void)state;
+    char msg[STRATA_ERR_MSG_MAX];
+    assert_int_equal(api_check_authorization("AWS4-HMAC-SHA256 Credential=a, SignedHeaders=b, "
+                                             "Signature=c",
+                                             true, msg, sizeof msg),
+                     0);
+    assert_int_equal(api_check_authorization("AWS4-HMAC-SHA256", true, msg, sizeof msg), -1);
+    assert_string_equal(msg, REQUIRES("Credential") REQUIRES("Signature")
+                                 REQUIRES("SignedHeaders") "Authorization=AWS4-HMAC-SHA256");
+    assert_int_equal(api_check_authorization("", false, msg, sizeof msg), -1);
+    assert_string_equal(msg, REQUIRES("Credential") REQUIRES("Signature") REQUIRES("SignedHeaders")
+                                 REQUIRES_DATE "Authorization=");
+    assert_int_equal(api_check_authorization(" ,,  ,", true, msg, sizeof msg), -1);
+    /* "==" and "=" tokens name nothing. */
+    assert_int_equal(
+        api_check_authorization("AWS4-HMAC-SHA256 = == =Signature", true, msg, sizeof msg), -1);
+    /* Parameters repeated are still present. */
+    assert_int_equal(api_check_authorization("AWS4-HMAC-SHA256 Signature=1 Signature=2 "
+                                             "Credential= SignedHeaders=",
+                                             true, msg, sizeof msg),
+                     0);
+    /* Long header: cut short, still terminated, within the buffer. */
+    char big[4096];
+    memset(big, 'A', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    assert_int_equal(api_check_authorization(big, true, msg, sizeof msg), -1);
+    assert_int_equal(strlen(msg), sizeof msg - 1);
+    char tiny[8];
+    assert_int_equal(api_check_authorization(big, false, tiny, sizeof tiny), -1);
+    assert_true(strlen(tiny) < sizeof tiny);
+    /* Over HTTP a long header still answers a valid JSON error. */
+    response r;
+    char *hdr = malloc(3000);
+    assert_non_null(hdr);
+    memcpy(hdr, "AWS4-HMAC-SHA256 Credential=", 28);
+    memset(hdr + 28, 'k', 2971 - 28);
+    hdr[2971] = '\0';
+    char headers[3200];
+    snprintf(headers, sizeof headers,
+             "X-Amz-Target: DynamoDB_20120810.ListTables\r\nX-Amz-Date: 20240101T000000Z\r\n"
+             "Authorization: %s\r\n",
+             hdr);
+    free(hdr);
+    http_call("POST", headers, "{}", &r);
+    expect_error(&r, 400, INCOMPLETE, NULL);
+    assert_true(strlen(jstr(r.json, "message")) < STRATA_ERR_MSG_MAX);
     response_free(&r);
 }
 
@@ -770,6 +923,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_health),
         cmocka_unit_test(test_protocol_errors),
+        cmocka_unit_test(test_incomplete_signature),
+        cmocka_unit_test(test_check_authorization),
         cmocka_unit_test(test_request_ids_unique),
         cmocka_unit_test(test_create_describe),
         cmocka_unit_test(test_create_validation),
