@@ -42,8 +42,11 @@ typedef struct {
     const av *lek;
 } read_ctx;
 
-/* Validates an ExclusiveStartKey against the table's key schema. */
-static int start_key(api_request *req, const table_schema *s, av **out, strata_err *err)
+/* Validates an ExclusiveStartKey against the table's key schema. DynamoDB words the
+ * error differently per operation: Query says only "The provided starting key is
+ * invalid", Scan adds the reason. */
+static int start_key(api_request *req, const table_schema *s, bool is_query, av **out,
+                     strata_err *err)
 {
     *out = NULL;
     json_t *j;
@@ -58,9 +61,12 @@ static int start_key(api_request *req, const table_schema *s, av **out, strata_e
         return -1;
     const av *pk, *sk;
     strata_err e;
-    if (items_check_key(s, m, true, &pk, &sk, &e) < 0)
+    if (items_check_key(s, m, true, &pk, &sk, &e) < 0) {
+        if (is_query)
+            return strata_err_set(err, ERR_VALIDATION, "The provided starting key is invalid");
         return strata_err_set(err, ERR_VALIDATION, "The provided starting key is invalid: %s",
                               e.msg);
+    }
     *out = m;
     return 0;
 }
@@ -368,7 +374,7 @@ void api_query(api_request *req)
         goto fail;
 
     av *esk;
-    if (start_key(req, &t->schema, &esk, &err) < 0)
+    if (start_key(req, &t->schema, true, &esk, &err) < 0)
         goto fail;
     if (esk) {
         /* The start key must lie within the query's range (DynamoDB's messages). */
@@ -474,7 +480,7 @@ void api_scan(api_request *req)
     if (expr_ctx_check_unused(x.ctx, &err) < 0)
         goto fail;
     av *esk;
-    if (start_key(req, &t->schema, &esk, &err) < 0)
+    if (start_key(req, &t->schema, false, &esk, &err) < 0)
         goto fail;
     uint64_t from = c->rr.hash_lo;
     if (esk) {
