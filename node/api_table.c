@@ -320,13 +320,28 @@ static void check_attr_name(api_verr *v, const char *name, const char *member)
         api_verr_add(v, name, member, "Member must have length less than or equal to 255");
 }
 
-static void enum_constraint(const char *const *allowed, char *out, size_t cap)
+/* Validates an enum member: a missing required value, or one outside `allowed`, adds
+ * DynamoDB's constraint message to `v`. Returns the value's index in `allowed`, or -1
+ * when it is missing or invalid. */
+static int check_enum(api_verr *v, const char *value, const char *member,
+                      const char *const *allowed, bool required)
 {
-    size_t n = (size_t)snprintf(out, cap, "Member must satisfy enum value set: [");
-    for (int i = 0; allowed[i] != NULL && n < cap; i++)
-        n += (size_t)snprintf(out + n, cap - n, "%s%s", i ? ", " : "", allowed[i]);
-    if (n < cap)
-        snprintf(out + n, cap - n, "]");
+    if (value == NULL) {
+        if (required)
+            api_verr_add(v, NULL, member, "Member must not be null");
+        return -1;
+    }
+    int i = enum_index(allowed, value);
+    if (i >= 0)
+        return i;
+    char c[128];
+    size_t n = (size_t)snprintf(c, sizeof c, "Member must satisfy enum value set: [");
+    for (int k = 0; allowed[k] != NULL && n < sizeof c; k++)
+        n += (size_t)snprintf(c + n, sizeof c - n, "%s%s", k ? ", " : "", allowed[k]);
+    if (n < sizeof c)
+        snprintf(c + n, sizeof c - n, "]");
+    api_verr_add(v, value, member, c);
+    return -1;
 }
 
 static void answer_create(api_request *req, const table_info *next);
@@ -385,29 +400,15 @@ static void create_table_now(api_request *req)
             snprintf(member, sizeof member, "attributeDefinitions.%zu.member.attributeName", i + 1);
             check_attr_name(&v, an, member);
             snprintf(member, sizeof member, "attributeDefinitions.%zu.member.attributeType", i + 1);
-            int ti = -1;
-            if (at == NULL) {
-                api_verr_add(&v, NULL, member, "Member must not be null");
-            } else if ((ti = enum_index(attr_types, at)) < 0) {
-                char c[128];
-                enum_constraint(attr_types, c, sizeof c);
-                api_verr_add(&v, at, member, c);
-            }
+            int ti = check_enum(&v, at, member, attr_types, true);
             if (n_defs < sizeof in_defs / sizeof in_defs[0] && an != NULL)
                 in_defs[n_defs++] = (attr_def_in){an, strlen(an), ti};
         }
     }
     api_check_table_name(&v, name, name_len, "tableName");
-    billing = BILLING_PROVISIONED;
-    if (bm != NULL) {
-        billing = enum_index(billing_modes, bm);
-        if (billing < 0) {
-            char c[128];
-            enum_constraint(billing_modes, c, sizeof c);
-            api_verr_add(&v, bm, "billingMode", c);
-            billing = BILLING_PROVISIONED;
-        }
-    }
+    billing = check_enum(&v, bm, "billingMode", billing_modes, false);
+    if (billing < 0)
+        billing = BILLING_PROVISIONED;
     parse_throughput(req, &v, &tp, &err);
     const char *key_name[2] = {NULL, NULL};
     int key_type[2] = {-1, -1};
@@ -439,14 +440,7 @@ static void create_table_now(api_request *req)
             snprintf(member, sizeof member, "keySchema.%zu.member.attributeName", i + 1);
             check_attr_name(&v, an, member);
             snprintf(member, sizeof member, "keySchema.%zu.member.keyType", i + 1);
-            int ki = -1;
-            if (kt == NULL) {
-                api_verr_add(&v, NULL, member, "Member must not be null");
-            } else if ((ki = enum_index(key_types, kt)) < 0) {
-                char c[128];
-                enum_constraint(key_types, c, sizeof c);
-                api_verr_add(&v, kt, member, c);
-            }
+            int ki = check_enum(&v, kt, member, key_types, true);
             if (i < 2) {
                 key_name[i] = an;
                 key_type[i] = ki;
@@ -772,12 +766,7 @@ static void update_table_now(api_request *req)
         change_fail(req, &err);
         return;
     }
-    int billing = -1;
-    if (bm != NULL && (billing = enum_index(billing_modes, bm)) < 0) {
-        char c[128];
-        enum_constraint(billing_modes, c, sizeof c);
-        api_verr_add(&v, bm, "billingMode", c);
-    }
+    int billing = check_enum(&v, bm, "billingMode", billing_modes, false);
     api_check_table_name(&v, name, len, "tableName");
     if (api_verr_finish(&v, &err) < 0) {
         change_fail(req, &err);
