@@ -11,6 +11,7 @@ PACKAGES=(
   liblz4-dev libxxhash-dev libcmocka-dev libssl-dev libjansson-dev libhttp-parser-dev
   clang libclang-rt-14-dev
   awscli python3-boto3 python3-pytest wrk curl procps iproute2
+  libnetfilter-queue-dev iptables iputils-ping
 )
 BACKPORTS_PACKAGES=(libraft-dev)
 # Only the benchmarks need these; STRATA_BENCH_DEPS=1 installs them too.
