@@ -1,36 +1,120 @@
 #ifndef STRATA_NODE_CONFIG_H
 #define STRATA_NODE_CONFIG_H
 /*
- * stratad's command line:
- *   --listen HOST:PORT        client address (default 127.0.0.1:8000; port 0 picks one)
- *   --data-dir DIR            where the engine and the log live (required)
- *   --initial-partitions N    partitions of a new table, 1..256 (default 4)
- *   --log-level LEVEL         error | warn | info | debug (default info)
- *   --region NAME             region in ARNs (default us-east-1)
- * Both "--flag value" and "--flag=value" are accepted.
+ * stratad's configuration: a file of `key = value` lines (--config FILE) and command-line
+ * flags, flags overriding the file. Every key has a flag of the same name with '-' for '_'
+ * (node_id -> --node-id); both "--flag value" and "--flag=value" are accepted.
+ *
+ *   node_id            1..2^63, this node's id in the cluster                    (cluster)
+ *   az                 availability zone name, [A-Za-z0-9._-]{1,63}               (cluster)
+ *   host_label         the machine, [A-Za-z0-9._-]{1,255}; default: the hostname  (cluster)
+ *   data_dir           where the engine and the log live                          (required)
+ *   listen             client address HOST:PORT, default 127.0.0.1:8000 (port 0 picks one)
+ *   peer_listen        peer (replication) address HOST:PORT                       (cluster)
+ *   advertise          client address others use; default: listen
+ *   peer_advertise     peer address others use; default: peer_listen              (cluster)
+ *   join               peers to join, comma-separated HOST:PORT list (at most 32) (cluster)
+ *   bootstrap          true for the first node of a new cluster (no join)         (cluster)
+ *   initial_partitions partitions of a new table, 1..256 (default 4)
+ *   region             region in ARNs, [A-Za-z0-9-]{1,63} (default us-east-1)
+ *   log_level          error | warn | info | debug (default info)
+ * Flags only: --config FILE, --print-config, --help.
+ *
+ * Cluster settings are validated but not used yet (stratad serves single-node). Once one is
+ * given the node is configured for a cluster, and then node_id, az, peer_listen and exactly
+ * one of join / bootstrap are required; an advertise address is required when its listen
+ * address is a wildcard (0.0.0.0, ::) or has port 0. Advertised and joined addresses must be
+ * dialable: a non-wildcard host and a port in 1..65535.
+ *
+ * File syntax: one `key = value` per line; blank lines and lines starting with '#' are
+ * ignored; an unquoted value ends at '#' (a trailing comment) and is trimmed; a value may
+ * be double-quoted, with \" and \\ escapes. Unknown or repeated keys are errors.
+ *
+ * Errors are ERR_VALIDATION with a message naming the source: "FILE:LINE: key 'k': why" for
+ * a file, "--flag: why" for a flag, "FILE: missing required key 'k'" for a missing value.
  */
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "storage/base/err.h"
 
 typedef enum { LOG_ERROR = 0, LOG_WARN, LOG_INFO, LOG_DEBUG } log_level;
 
+typedef enum {
+    CFG_NODE_ID = 0,
+    CFG_AZ,
+    CFG_HOST_LABEL,
+    CFG_DATA_DIR,
+    CFG_LISTEN,
+    CFG_PEER_LISTEN,
+    CFG_ADVERTISE,
+    CFG_PEER_ADVERTISE,
+    CFG_JOIN,
+    CFG_BOOTSTRAP,
+    CFG_INITIAL_PARTITIONS,
+    CFG_REGION,
+    CFG_LOG_LEVEL,
+    CFG_KEY_COUNT
+} config_key;
+
+#define CONFIG_JOIN_MAX    32
+#define CONFIG_NODE_ID_MAX (UINT64_C(1) << 63)
+
 typedef struct {
-    char host[256];
+    char host[256]; /* without brackets for IPv6; "" when unset */
     int port;
+} config_addr;
+
+typedef struct {
+    uint64_t node_id; /* 0: not set */
+    char az[64];
+    char host_label[256];
     char data_dir[4096];
+    config_addr listen;
+    config_addr peer_listen;
+    config_addr advertise;      /* "" when not given and listen is not dialable */
+    config_addr peer_advertise; /* after config_validate: set when peer_listen is */
+    config_addr join[CONFIG_JOIN_MAX];
+    int join_count;
+    bool bootstrap;
     int initial_partitions;
     log_level level;
     char region[64];
-    int help; /* --help was given */
+
+    /* Where each key's value came from: 0 default, > 0 line of the file, -1 a flag. */
+    int source[CFG_KEY_COUNT];
+    char config_file[4096]; /* "" when no --config */
+    bool help;              /* --help was given */
+    bool print_config;      /* --print-config was given */
 } stratad_config;
 
-/* Fills `cfg` from argv; ERR_VALIDATION with a message naming the bad flag. */
+/* Defaults, --config file, flags, then config_validate(). On --help only `help` is set. */
 int config_parse(int argc, char **argv, stratad_config *cfg, strata_err *err);
+
+/* The building blocks of config_parse, for tests and tools. */
+void config_defaults(stratad_config *cfg);
+/* Applies the `key = value` text of a file named `name` (for messages) over `cfg`. */
+int config_apply_text(stratad_config *cfg, const char *name, const char *text, size_t len,
+                      strata_err *err);
+int config_apply_file(stratad_config *cfg, const char *path, strata_err *err);
+/* Required keys, cross-key rules; fills the default advertise addresses and host_label. */
+int config_validate(stratad_config *cfg, strata_err *err);
+
+/* Writes the effective configuration in file syntax; it parses back to the same values. */
+void config_print(const stratad_config *cfg, FILE *f);
 void config_usage(FILE *f);
 
-/* Parses "host:port", "[v6]:port" or ":port"; 0 or -1. */
+const char *config_key_name(config_key k);
+bool config_is_cluster_key(config_key k);
+/* True when any cluster setting was given (not merely defaulted). */
+bool config_cluster_mode(const stratad_config *cfg);
+/* Comma-separated names of the cluster settings given, into buf (truncated to cap). */
+void config_cluster_keys_given(const stratad_config *cfg, char *buf, size_t cap);
+
+/* Parses "host:port", "[v6]:port" or ":port" (host 0.0.0.0); 0 or -1. */
 int config_parse_listen(const char *s, char *host, size_t host_cap, int *port);
+/* True for 0.0.0.0, :: and "" (any address). */
+bool config_host_is_wildcard(const char *host);
 
 #endif

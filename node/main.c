@@ -60,13 +60,25 @@ int main(int argc, char **argv)
     stratad_config cfg;
     strata_err err;
     if (config_parse(argc, argv, &cfg, &err) < 0) {
-        fprintf(stderr, "stratad: %s\n", err.msg);
-        config_usage(stderr);
+        /* Configuration errors exit 2, apart from runtime failures (1). */
+        fprintf(stderr, "stratad: %s\nstratad: see stratad --help\n", err.msg);
         return 2;
     }
     if (cfg.help) {
         config_usage(stdout);
         return 0;
+    }
+    if (cfg.print_config) {
+        config_print(&cfg, stdout);
+        return 0;
+    }
+    if (config_cluster_mode(&cfg)) {
+        char keys[256];
+        config_cluster_keys_given(&cfg, keys, sizeof keys);
+        fprintf(stderr,
+                "stratad: cluster mode is not implemented yet; serving single-node, "
+                "ignoring %s\n",
+                keys);
     }
     signal(SIGPIPE, SIG_IGN);
 
@@ -87,8 +99,8 @@ int main(int argc, char **argv)
 
     http_server_options ho;
     http_server_options_default(&ho);
-    ho.host = cfg.host;
-    ho.port = cfg.port;
+    ho.host = cfg.listen.host;
+    ho.port = cfg.listen.port;
     ho.handler = api_handle;
     api_config ac = {
         .loop = n.loop,
@@ -99,7 +111,7 @@ int main(int argc, char **argv)
     };
     char endpoint[300];
     ac.endpoint = endpoint;
-    snprintf(endpoint, sizeof endpoint, "%s:%d", cfg.host, cfg.port);
+    snprintf(endpoint, sizeof endpoint, "%s:%d", cfg.listen.host, cfg.listen.port);
     api_server *api = api_server_new(&ac, &err);
     if (api == NULL) {
         fprintf(stderr, "stratad: %s\n", err.msg);
@@ -108,14 +120,19 @@ int main(int argc, char **argv)
     }
     ho.handler_data = api;
     if (http_server_start(n.loop, &ho, &n.http, &err) < 0) {
-        fprintf(stderr, "stratad: cannot listen on %s:%d: %s\n", cfg.host, cfg.port, err.msg);
+        fprintf(stderr, "stratad: cannot listen on %s:%d: %s\n", cfg.listen.host, cfg.listen.port,
+                err.msg);
         api_server_free(api);
         router_close(r);
         return 1;
     }
     int port = http_server_port(n.http);
-    /* DescribeEndpoints reports the address actually bound (port 0 picks one). */
-    snprintf(endpoint, sizeof endpoint, "%s:%d", cfg.host, port);
+    /* DescribeEndpoints reports the advertised address, else the one actually bound (port 0
+     * picks one). */
+    if (cfg.advertise.host[0] != '\0')
+        snprintf(endpoint, sizeof endpoint, "%s:%d", cfg.advertise.host, cfg.advertise.port);
+    else
+        snprintf(endpoint, sizeof endpoint, "%s:%d", cfg.listen.host, port);
     api_server_set_endpoint(api, endpoint);
 
     uv_signal_init(n.loop, &n.sigterm);
@@ -127,7 +144,7 @@ int main(int argc, char **argv)
     if (cfg.level >= LOG_INFO)
         fprintf(stderr, "stratad: data in %s, %d partitions per new table\n", cfg.data_dir,
                 cfg.initial_partitions);
-    printf("stratad: serving on http://%s:%d\n", cfg.host, port);
+    printf("stratad: serving on http://%s:%d\n", cfg.listen.host, port);
     fflush(stdout);
 
     uv_run(n.loop, UV_RUN_DEFAULT);
