@@ -1,0 +1,619 @@
+/*
+ * Placement planner (see placement.h). Plans run on a private copy of the partition map
+ * ("sim") and per-node counters, so every planned step is checked with
+ * meta_partition_check() against the membership it will really meet when applied.
+ */
+#include "cluster/placement.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    placement_move *v;
+    size_t n, cap;
+} move_list;
+
+static int push_move(move_list *l, placement_move m, strata_err *err)
+{
+    if (l->n == l->cap) {
+        size_t ncap = l->cap ? l->cap * 2 : 16;
+        placement_move *p = realloc(l->v, ncap * sizeof(*p));
+        if (p == NULL)
+            return strata_err_set(err, ERR_NOMEM, "placement: out of memory");
+        l->v = p;
+        l->cap = ncap;
+    }
+    l->v[l->n++] = m;
+    return 0;
+}
+
+static bool is_active(const meta_state *s, size_t i)
+{
+    return meta_node_at(s, i)->state == META_NODE_ACTIVE;
+}
+
+/* Copies the partition map and counts members per node index. */
+static int sim_init(const meta_state *s, meta_partition **sim, size_t **counts, strata_err *err)
+{
+    size_t np = meta_partition_count(s), nn = meta_node_count(s);
+    *sim = malloc((np ? np : 1) * sizeof(meta_partition));
+    *counts = calloc(nn ? nn : 1, sizeof(size_t));
+    if (*sim == NULL || *counts == NULL) {
+        free(*sim);
+        free(*counts);
+        return strata_err_set(err, ERR_NOMEM, "placement: out of memory");
+    }
+    for (size_t i = 0; i < np; i++) {
+        (*sim)[i] = *meta_partition_at(s, i);
+        for (uint32_t m = 0; m < (*sim)[i].n_members; m++) {
+            size_t k = meta_node_index(s, (*sim)[i].members[m].node);
+            if (k != SIZE_MAX)
+                (*counts)[k]++;
+        }
+    }
+    return 0;
+}
+
+static void add_member(meta_partition *p, uint64_t node, meta_role role)
+{
+    uint32_t at = 0;
+    while (at < p->n_members && p->members[at].node < node)
+        at++;
+    memmove(&p->members[at + 1], &p->members[at], (p->n_members - at) * sizeof(meta_replica));
+    p->members[at] = (meta_replica){.node = node, .role = role};
+    p->n_members++;
+}
+
+static void drop_member(meta_partition *p, uint64_t node)
+{
+    uint32_t w = 0;
+    for (uint32_t i = 0; i < p->n_members; i++)
+        if (p->members[i].node != node)
+            p->members[w++] = p->members[i];
+    p->n_members = w;
+    if (p->leader_hint == node)
+        p->leader_hint = 0;
+}
+
+/* Runs the steps of move from -> to on *p, checking each; true (and *p updated) if all
+ * steps keep the rules. */
+static bool try_move(const meta_state *s, meta_partition *p, uint64_t from, uint64_t to)
+{
+    meta_role role;
+    if (!meta_partition_has(p, from, &role) || meta_partition_has(p, to, NULL) ||
+        p->n_members >= META_MAX_MEMBERS)
+        return false;
+    meta_partition q = *p;
+    add_member(&q, to, META_LEARNER);
+    if (meta_partition_check(s, &q, NULL))
+        return false;
+    if (role == META_VOTER) {
+        for (uint32_t i = 0; i < q.n_members; i++)
+            if (q.members[i].node == to)
+                q.members[i].role = META_VOTER;
+        if (meta_partition_check(s, &q, NULL))
+            return false;
+    }
+    drop_member(&q, from);
+    if (meta_partition_check(s, &q, NULL))
+        return false;
+    *p = q;
+    return true;
+}
+
+/* ------------------------------------------------------------------ new table */
+
+int placement_new_table(const meta_state *s, uint32_t table_id, size_t n, uint64_t first_id,
+                        meta_partition *out, strata_err *err)
+{
+    if (n == 0 || n > META_MAX_TABLE_PARTS)
+        return strata_err_set(err, ERR_VALIDATION, "a table needs 1..%d partitions",
+                              META_MAX_TABLE_PARTS);
+    size_t nn = meta_node_count(s);
+    size_t *counts = calloc(nn + 1, sizeof(size_t));
+    size_t *leads = calloc(nn + 1, sizeof(size_t));
+    size_t *az_of = calloc(nn + 1, sizeof(size_t));    /* node index -> AZ index */
+    size_t *az_first = calloc(nn + 1, sizeof(size_t)); /* AZ index -> a node index */
+    size_t *az_load = calloc(nn + 1, sizeof(size_t));
+    size_t *az_nodes = calloc(nn + 1, sizeof(size_t));
+    size_t *order = calloc(nn + 1, sizeof(size_t));
+    int rc = -1;
+    if (!counts || !leads || !az_of || !az_first || !az_load || !az_nodes || !order) {
+        strata_err_set(err, ERR_NOMEM, "placement: out of memory");
+        goto done;
+    }
+    for (size_t i = 0; i < meta_partition_count(s); i++) {
+        const meta_partition *p = meta_partition_at(s, i);
+        for (uint32_t m = 0; m < p->n_members; m++)
+            counts[meta_node_index(s, p->members[m].node)]++;
+        if (p->leader_hint && meta_node_index(s, p->leader_hint) != SIZE_MAX)
+            leads[meta_node_index(s, p->leader_hint)]++;
+    }
+    size_t n_az = 0;
+    for (size_t i = 0; i < nn; i++) {
+        if (!is_active(s, i))
+            continue;
+        size_t a = 0;
+        while (a < n_az && strcmp(meta_node_at(s, az_first[a])->az, meta_node_at(s, i)->az))
+            a++;
+        if (a == n_az)
+            az_first[n_az++] = i;
+        az_of[i] = a;
+        az_nodes[a]++;
+        az_load[a] += counts[i];
+    }
+    if (n_az < META_REPLICAS) {
+        strata_err_set(err, ERR_VALIDATION, "placement needs ACTIVE nodes in %d AZs (%zu)",
+                       META_REPLICAS, n_az);
+        goto done;
+    }
+    uint64_t width = UINT64_MAX / n;
+    for (size_t k = 0; k < n; k++) {
+        /* AZs by load per node (cross-multiplied), then by name. */
+        for (size_t a = 0; a < n_az; a++)
+            order[a] = a;
+        for (size_t a = 1; a < n_az; a++) {
+            size_t x = order[a], b = a;
+            while (b > 0) {
+                size_t y = order[b - 1];
+                unsigned __int128 lx = (unsigned __int128)az_load[x] * az_nodes[y];
+                unsigned __int128 ly = (unsigned __int128)az_load[y] * az_nodes[x];
+                if (lx > ly || (lx == ly && strcmp(meta_node_at(s, az_first[x])->az,
+                                                   meta_node_at(s, az_first[y])->az) > 0))
+                    break;
+                order[b] = y;
+                b--;
+            }
+            order[b] = x;
+        }
+        meta_partition *p = &out[k];
+        memset(p, 0, sizeof(*p));
+        p->id = first_id + k;
+        p->table_id = table_id;
+        p->hash_lo = k * width;
+        p->hash_hi = k + 1 == n ? UINT64_MAX : (k + 1) * width - 1;
+        p->epoch = 1;
+        size_t picked[META_REPLICAS];
+        size_t n_picked = 0;
+        for (size_t oa = 0; oa < n_az && n_picked < META_REPLICAS; oa++) {
+            size_t best = SIZE_MAX;
+            for (size_t i = 0; i < nn; i++) {
+                if (!is_active(s, i) || az_of[i] != order[oa])
+                    continue;
+                bool host_used = false;
+                for (size_t j = 0; j < n_picked; j++)
+                    host_used |=
+                        !strcmp(meta_node_at(s, picked[j])->host, meta_node_at(s, i)->host);
+                if (!host_used && (best == SIZE_MAX || counts[i] < counts[best]))
+                    best = i;
+            }
+            if (best != SIZE_MAX)
+                picked[n_picked++] = best;
+        }
+        if (n_picked < META_REPLICAS) {
+            strata_err_set(err, ERR_VALIDATION, "no 3 AZs with host-distinct ACTIVE nodes");
+            goto done;
+        }
+        size_t leader = picked[0];
+        for (size_t j = 0; j < n_picked; j++) {
+            size_t i = picked[j];
+            counts[i]++;
+            az_load[az_of[i]]++;
+            add_member(p, meta_node_at(s, i)->id, META_VOTER);
+            if (leads[i] < leads[leader] || (leads[i] == leads[leader] && i < leader))
+                leader = i;
+        }
+        leads[leader]++;
+        p->leader_hint = meta_node_at(s, leader)->id;
+    }
+    rc = 0;
+done:
+    free(counts);
+    free(leads);
+    free(az_of);
+    free(az_first);
+    free(az_load);
+    free(az_nodes);
+    free(order);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ leaders */
+
+static bool can_lead(const meta_state *s, const meta_partition *p, uint64_t node)
+{
+    meta_role role;
+    const meta_node *n = meta_node_find(s, node);
+    return n && n->state == META_NODE_ACTIVE && meta_partition_has(p, node, &role) &&
+           role == META_VOTER;
+}
+
+/* One improving chain: from some node u to a node v with leads[v] + 2 <= leads[u], moving
+ * one leadership along each partition of the path. Returns false when none exists. */
+static bool shift_one_leader(const meta_state *s, meta_partition *sim, size_t np, size_t *leads,
+                             size_t *prev_node, size_t *prev_part, bool *seen, size_t *queue)
+{
+    size_t nn = meta_node_count(s);
+    for (size_t u = 0; u < nn; u++) {
+        if (!is_active(s, u) || leads[u] < 2)
+            continue;
+        memset(seen, 0, nn * sizeof(bool));
+        size_t qh = 0, qt = 0, best = SIZE_MAX;
+        queue[qt++] = u;
+        seen[u] = true;
+        while (qh < qt) {
+            size_t x = queue[qh++];
+            uint64_t xid = meta_node_at(s, x)->id;
+            for (size_t pi = 0; pi < np; pi++) {
+                if (sim[pi].leader_hint != xid)
+                    continue;
+                for (uint32_t m = 0; m < sim[pi].n_members; m++) {
+                    uint64_t yid = sim[pi].members[m].node;
+                    size_t y = meta_node_index(s, yid);
+                    if (y == SIZE_MAX || seen[y] || !can_lead(s, &sim[pi], yid))
+                        continue;
+                    seen[y] = true;
+                    prev_node[y] = x;
+                    prev_part[y] = pi;
+                    queue[qt++] = y;
+                    if (leads[y] + 2 <= leads[u] && (best == SIZE_MAX || leads[y] < leads[best]))
+                        best = y;
+                }
+            }
+        }
+        if (best == SIZE_MAX)
+            continue;
+        leads[u]--;
+        leads[best]++;
+        for (size_t y = best; y != u; y = prev_node[y])
+            sim[prev_part[y]].leader_hint = meta_node_at(s, y)->id;
+        return true;
+    }
+    return false;
+}
+
+int placement_leaders(const meta_state *s, placement_leader **out, size_t *n, strata_err *err)
+{
+    *out = NULL;
+    *n = 0;
+    meta_partition *sim;
+    size_t *counts;
+    if (sim_init(s, &sim, &counts, err))
+        return -1;
+    size_t nn = meta_node_count(s), np = meta_partition_count(s);
+    size_t *leads = calloc(nn + 1, sizeof(size_t));
+    size_t *prev_node = calloc(nn + 1, sizeof(size_t));
+    size_t *prev_part = calloc(nn + 1, sizeof(size_t));
+    size_t *queue = calloc(nn + 1, sizeof(size_t));
+    bool *seen = calloc(nn + 1, sizeof(bool));
+    placement_leader *res = NULL;
+    int rc = -1;
+    if (!leads || !prev_node || !prev_part || !queue || !seen) {
+        strata_err_set(err, ERR_NOMEM, "placement: out of memory");
+        goto done;
+    }
+    for (size_t pi = 0; pi < np; pi++) {
+        meta_partition *p = &sim[pi];
+        if (p->leader_hint && can_lead(s, p, p->leader_hint)) {
+            leads[meta_node_index(s, p->leader_hint)]++;
+            continue;
+        }
+        size_t best = SIZE_MAX;
+        for (uint32_t m = 0; m < p->n_members; m++) {
+            size_t i = meta_node_index(s, p->members[m].node);
+            if (can_lead(s, p, p->members[m].node) && (best == SIZE_MAX || leads[i] < leads[best]))
+                best = i;
+        }
+        p->leader_hint = best == SIZE_MAX ? 0 : meta_node_at(s, best)->id;
+        if (best != SIZE_MAX)
+            leads[best]++;
+    }
+    /* Each shift lowers the sum of squared leader counts, so this ends. */
+    while (shift_one_leader(s, sim, np, leads, prev_node, prev_part, seen, queue))
+        ;
+    size_t changed = 0;
+    for (size_t pi = 0; pi < np; pi++)
+        changed += sim[pi].leader_hint != meta_partition_at(s, pi)->leader_hint &&
+                   sim[pi].leader_hint != 0;
+    res = malloc((changed ? changed : 1) * sizeof(*res));
+    if (res == NULL) {
+        strata_err_set(err, ERR_NOMEM, "placement: out of memory");
+        goto done;
+    }
+    for (size_t pi = 0; pi < np; pi++)
+        if (sim[pi].leader_hint != meta_partition_at(s, pi)->leader_hint && sim[pi].leader_hint)
+            res[(*n)++] = (placement_leader){sim[pi].id, sim[pi].leader_hint};
+    *out = res;
+    rc = 0;
+done:
+    free(sim);
+    free(counts);
+    free(leads);
+    free(prev_node);
+    free(prev_part);
+    free(queue);
+    free(seen);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ moves */
+
+/* Moves every replica off the nodes marked in `evac` (by node index). */
+static int evacuate(const meta_state *s, const bool *evac, placement_move **out, size_t *n,
+                    strata_err *err)
+{
+    *out = NULL;
+    *n = 0;
+    meta_partition *sim;
+    size_t *counts;
+    if (sim_init(s, &sim, &counts, err))
+        return -1;
+    move_list l = {0};
+    size_t nn = meta_node_count(s), np = meta_partition_count(s);
+    int rc = 0;
+    for (size_t pi = 0; pi < np && rc == 0; pi++) {
+        meta_replica before[META_MAX_MEMBERS];
+        uint32_t nb = sim[pi].n_members;
+        memcpy(before, sim[pi].members, sizeof(before));
+        for (uint32_t m = 0; m < nb && rc == 0; m++) {
+            size_t f = meta_node_index(s, before[m].node);
+            if (f == SIZE_MAX || !evac[f])
+                continue;
+            const char *from_az = meta_node_at(s, f)->az;
+            size_t best = SIZE_MAX;
+            meta_partition best_p = sim[pi];
+            for (size_t t = 0; t < nn; t++) {
+                if (!is_active(s, t) || evac[t])
+                    continue;
+                meta_partition q = sim[pi];
+                if (!try_move(s, &q, before[m].node, meta_node_at(s, t)->id))
+                    continue;
+                bool same = !strcmp(meta_node_at(s, t)->az, from_az);
+                bool best_same = best != SIZE_MAX && !strcmp(meta_node_at(s, best)->az, from_az);
+                if (best == SIZE_MAX || (same && !best_same) ||
+                    (same == best_same && counts[t] < counts[best])) {
+                    best = t;
+                    best_p = q;
+                }
+            }
+            if (best == SIZE_MAX) {
+                rc = strata_err_set(err, ERR_VALIDATION,
+                                    "no ACTIVE node can take partition "
+                                    "%llu's replica from node %llu without breaking the AZ "
+                                    "or host rules",
+                                    (unsigned long long)sim[pi].id,
+                                    (unsigned long long)before[m].node);
+                break;
+            }
+            rc = push_move(&l,
+                           (placement_move){sim[pi].id, before[m].node, meta_node_at(s, best)->id,
+                                            before[m].role == META_VOTER},
+                           err);
+            sim[pi] = best_p;
+            counts[best]++;
+            counts[f]--;
+        }
+    }
+    free(sim);
+    free(counts);
+    if (rc) {
+        free(l.v);
+        return -1;
+    }
+    *out = l.v;
+    *n = l.n;
+    return 0;
+}
+
+int placement_drain(const meta_state *s, uint64_t node, placement_move **out, size_t *n,
+                    strata_err *err)
+{
+    size_t i = meta_node_index(s, node);
+    if (i == SIZE_MAX)
+        return strata_err_set(err, ERR_NOT_FOUND, "node %llu is unknown", (unsigned long long)node);
+    bool *evac = calloc(meta_node_count(s), sizeof(bool));
+    if (evac == NULL)
+        return strata_err_set(err, ERR_NOMEM, "placement: out of memory");
+    evac[i] = true;
+    int rc = evacuate(s, evac, out, n, err);
+    free(evac);
+    return rc;
+}
+
+int placement_replace_down(const meta_state *s, uint64_t now_ms, uint64_t deadline_ms,
+                           placement_move **out, size_t *n, strata_err *err)
+{
+    size_t nn = meta_node_count(s);
+    bool *evac = calloc(nn + 1, sizeof(bool));
+    if (evac == NULL)
+        return strata_err_set(err, ERR_NOMEM, "placement: out of memory");
+    for (size_t i = 0; i < nn; i++) {
+        const meta_node *nd = meta_node_at(s, i);
+        evac[i] = nd->state == META_NODE_DOWN && now_ms >= nd->state_since_ms &&
+                  now_ms - nd->state_since_ms >= deadline_ms;
+    }
+    int rc = evacuate(s, evac, out, n, err);
+    free(evac);
+    return rc;
+}
+
+/* One move from the fullest possible node to the emptiest possible one. */
+static bool rebalance_one(const meta_state *s, meta_partition *sim, size_t *counts,
+                          placement_move *mv)
+{
+    size_t nn = meta_node_count(s), np = meta_partition_count(s);
+    /* Receivers by ascending count; donors by descending count (ties: lowest index). */
+    for (size_t c = 0;; c++) {
+        bool any_at_or_above = false;
+        for (size_t u = 0; u < nn; u++) {
+            if (!is_active(s, u))
+                continue;
+            if (counts[u] >= c)
+                any_at_or_above = true;
+            if (counts[u] != c)
+                continue;
+            for (size_t d = SIZE_MAX;;) {
+                /* next donor below d in (count desc, index asc) order */
+                size_t next = SIZE_MAX;
+                for (size_t o = 0; o < nn; o++) {
+                    if (!is_active(s, o) || counts[o] < c + 2)
+                        continue;
+                    bool after_d =
+                        d == SIZE_MAX || counts[o] < counts[d] || (counts[o] == counts[d] && o > d);
+                    bool before_next = next == SIZE_MAX || counts[o] > counts[next] ||
+                                       (counts[o] == counts[next] && o < next);
+                    if (after_d && before_next)
+                        next = o;
+                }
+                if (next == SIZE_MAX)
+                    break;
+                d = next;
+                uint64_t from = meta_node_at(s, d)->id, to = meta_node_at(s, u)->id;
+                for (size_t pi = 0; pi < np; pi++) {
+                    meta_role role;
+                    if (!meta_partition_has(&sim[pi], from, &role))
+                        continue;
+                    meta_partition q = sim[pi];
+                    if (!try_move(s, &q, from, to))
+                        continue;
+                    *mv = (placement_move){q.id, from, to, role == META_VOTER};
+                    sim[pi] = q;
+                    counts[d]--;
+                    counts[u]++;
+                    return true;
+                }
+            }
+        }
+        if (!any_at_or_above)
+            return false;
+    }
+}
+
+/* Moves the first replica of `from` that can legally go to `to` (in sim). */
+static bool move_any(const meta_state *s, meta_partition *sim, size_t *counts, size_t from_i,
+                     size_t to_i, placement_move *mv)
+{
+    uint64_t from = meta_node_at(s, from_i)->id, to = meta_node_at(s, to_i)->id;
+    for (size_t pi = 0; pi < meta_partition_count(s); pi++) {
+        meta_role role;
+        if (!meta_partition_has(&sim[pi], from, &role))
+            continue;
+        meta_partition q = sim[pi];
+        if (!try_move(s, &q, from, to))
+            continue;
+        *mv = (placement_move){q.id, from, to, role == META_VOTER};
+        sim[pi] = q;
+        counts[from_i]--;
+        counts[to_i]++;
+        return true;
+    }
+    return false;
+}
+
+/* Two nodes of one AZ on one host cannot pass a replica directly (the learner would
+ * share the host with its source), so the replica goes donor -> w and another one
+ * w -> receiver, through a node w of the same AZ on another host. */
+static bool rebalance_chain(const meta_state *s, meta_partition *sim, size_t *counts,
+                            placement_move mv[2])
+{
+    size_t nn = meta_node_count(s);
+    for (size_t u = 0; u < nn; u++) {
+        const meta_node *nu = meta_node_at(s, u);
+        if (!is_active(s, u))
+            continue;
+        for (size_t o = 0; o < nn; o++) {
+            const meta_node *no = meta_node_at(s, o);
+            if (!is_active(s, o) || counts[o] < counts[u] + 2 || strcmp(no->az, nu->az) ||
+                strcmp(no->host, nu->host))
+                continue;
+            for (size_t w = 0; w < nn; w++) {
+                const meta_node *nw = meta_node_at(s, w);
+                if (!is_active(s, w) || strcmp(nw->az, nu->az) || !strcmp(nw->host, nu->host))
+                    continue;
+                size_t saved_o = counts[o], saved_w = counts[w];
+                meta_partition *copy = malloc(meta_partition_count(s) * sizeof(*copy) + 1);
+                if (copy == NULL)
+                    return false;
+                memcpy(copy, sim, meta_partition_count(s) * sizeof(*copy));
+                if (move_any(s, sim, counts, o, w, &mv[0])) {
+                    if (move_any(s, sim, counts, w, u, &mv[1])) {
+                        free(copy);
+                        return true;
+                    }
+                    memcpy(sim, copy, meta_partition_count(s) * sizeof(*copy));
+                    counts[o] = saved_o;
+                    counts[w] = saved_w;
+                }
+                free(copy);
+            }
+        }
+    }
+    return false;
+}
+
+int placement_rebalance(const meta_state *s, placement_move **out, size_t *n, strata_err *err)
+{
+    *out = NULL;
+    *n = 0;
+    meta_partition *sim;
+    size_t *counts;
+    if (sim_init(s, &sim, &counts, err))
+        return -1;
+    move_list l = {0};
+    placement_move mv;
+    int rc = 0;
+    placement_move pair[2];
+    /* Each move (or chain of two) lowers the sum of squared counts, so this ends. */
+    for (;;) {
+        if (rebalance_one(s, sim, counts, &mv)) {
+            rc = push_move(&l, mv, err);
+        } else if (rebalance_chain(s, sim, counts, pair)) {
+            rc = push_move(&l, pair[0], err);
+            if (rc == 0)
+                rc = push_move(&l, pair[1], err);
+        } else {
+            break;
+        }
+        if (rc)
+            break;
+    }
+    free(sim);
+    free(counts);
+    if (rc) {
+        free(l.v);
+        return -1;
+    }
+    *out = l.v;
+    *n = l.n;
+    return 0;
+}
+
+int placement_move_steps(const placement_move *m)
+{
+    return m->promote ? 3 : 2;
+}
+
+int placement_move_cmd(const meta_state *s, const placement_move *m, int step, meta_cmd *out,
+                       strata_err *err)
+{
+    const meta_partition *p = meta_partition_find(s, m->partition_id);
+    if (p == NULL)
+        return strata_err_set(err, ERR_NOT_FOUND, "partition %llu does not exist",
+                              (unsigned long long)m->partition_id);
+    if (step < 0 || step >= placement_move_steps(m))
+        return strata_err_set(err, ERR_VALIDATION, "move step %d out of range", step);
+    memset(out, 0, sizeof(*out));
+    out->partition_id = m->partition_id;
+    out->epoch = p->epoch;
+    if (step == 0) {
+        out->kind = META_CMD_ADD_LEARNER;
+        out->node_id = m->to;
+    } else if (step == 1 && m->promote) {
+        out->kind = META_CMD_PROMOTE;
+        out->node_id = m->to;
+    } else {
+        out->kind = META_CMD_REMOVE_REPLICA;
+        out->node_id = m->from;
+    }
+    return 0;
+}

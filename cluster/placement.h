@@ -1,0 +1,67 @@
+#ifndef STRATA_CLUSTER_PLACEMENT_H
+#define STRATA_CLUSTER_PLACEMENT_H
+/*
+ * Placement: the meta leader's planner. Pure functions of a meta_state (cluster/meta.h)
+ * that propose commands; they change nothing. Every plan obeys the rules meta_apply
+ * enforces, at every step, when its steps are applied in order to the state it was
+ * planned from.
+ *
+ *   - New partitions: 3 voters on ACTIVE nodes in 3 distinct AZs, never two on one host.
+ *     AZs are chosen by the lowest replica load per node, nodes within an AZ by the lowest
+ *     replica count (ties: lowest id), so replica counts within an AZ stay within 1 of
+ *     each other (and across the cluster when AZs have equal numbers of nodes).
+ *   - Leader hints: the replica with the fewest leader hints; placement_leaders then
+ *     moves hints along chains of partitions until leader counts over ACTIVE nodes are
+ *     within 1 (or no chain can improve them).
+ *   - A move (partition, from, to) is three commands: ADD_LEARNER(to), PROMOTE(to) (only
+ *     when `from` is a voter), REMOVE_REPLICA(from). Targets prefer `from`'s AZ, then the
+ *     lowest replica count.
+ */
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cluster/meta.h"
+
+typedef struct {
+    uint64_t partition_id;
+    uint64_t from;
+    uint64_t to;
+    bool promote; /* `from` is a voter: the learner is promoted before `from` leaves */
+} placement_move;
+
+typedef struct {
+    uint64_t partition_id;
+    uint64_t leader;
+} placement_leader;
+
+/* `n` partitions of table `table_id` with equal hash ranges (the last ending at
+ * UINT64_MAX), ids first_id.., placed as above, written to out[0..n). ERR_VALIDATION
+ * when fewer than 3 AZs (or no host-distinct choice) are available. */
+int placement_new_table(const meta_state *s, uint32_t table_id, size_t n, uint64_t first_id,
+                        meta_partition *out, strata_err *err);
+
+/* Leader-hint changes that even out leaders over ACTIVE nodes (*out heap, free()). */
+int placement_leaders(const meta_state *s, placement_leader **out, size_t *n, strata_err *err);
+
+/* Moves that take every replica off `node` (normally DRAINING). */
+int placement_drain(const meta_state *s, uint64_t node, placement_move **out, size_t *n,
+                    strata_err *err);
+
+/* Moves that replace every replica on nodes DOWN for at least `deadline_ms` at now_ms. */
+int placement_replace_down(const meta_state *s, uint64_t now_ms, uint64_t deadline_ms,
+                           placement_move **out, size_t *n, strata_err *err);
+
+/* Moves that even out replica counts over ACTIVE nodes (e.g. after a node joins): until
+ * no move from a node with count >= c + 2 to a node with count c is allowed. Between two
+ * nodes of one AZ on one host (no direct move is legal) a replica goes through a third
+ * node of that AZ on another host. Counts within an AZ end within 1 unless the AZ's
+ * nodes share a single host. */
+int placement_rebalance(const meta_state *s, placement_move **out, size_t *n, strata_err *err);
+
+/* Number of commands of a move (2 or 3) and its step-th command (0-based), built
+ * against the partition's current epoch in `s`: apply step i before building step i+1. */
+int placement_move_steps(const placement_move *m);
+int placement_move_cmd(const meta_state *s, const placement_move *m, int step, meta_cmd *out,
+                       strata_err *err);
+
+#endif

@@ -1,0 +1,577 @@
+/*
+ * Placement properties over randomized clusters (3-12 nodes over 3-4 AZs, some nodes
+ * sharing a host, many tables): AZ and host distinctness, replica balance, leader spread,
+ * drain / replacement / rebalance plans that keep every rule at every step (each step is
+ * applied through meta_apply and the whole state re-checked), and determinism.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "cluster/meta.h"
+#include "cluster/placement.h"
+
+static uint64_t rng_state;
+static uint64_t cur_seed;
+static const char *phase = "";
+
+static uint64_t rnd(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
+static int run(meta_state *s, const meta_cmd *c, strata_err *err)
+{
+    buf b;
+    buf_init(&b, 0);
+    strata_err_clear(err);
+    assert_int_equal(meta_encode(c, &b, err), 0);
+    int rc = meta_apply(s, b.data, b.len, err);
+    buf_free(&b);
+    return rc;
+}
+
+static void check_ok(const meta_state *s)
+{
+    strata_err err;
+    strata_err_clear(&err);
+    if (meta_check(s, &err))
+        fail_msg("meta_check: %s", err.msg);
+}
+
+static void reg(meta_state *s, uint64_t id, const char *az, const char *host)
+{
+    meta_cmd c = {.kind = META_CMD_NODE_REGISTER, .now_ms = id};
+    c.node.id = id;
+    snprintf(c.node.client_addr, sizeof(c.node.client_addr), "n%llu:8000", (unsigned long long)id);
+    snprintf(c.node.peer_addr, sizeof(c.node.peer_addr), "n%llu:7000", (unsigned long long)id);
+    snprintf(c.node.az, sizeof(c.node.az), "%s", az);
+    snprintf(c.node.host, sizeof(c.node.host), "%s", host);
+    c.node.state = META_NODE_ACTIVE;
+    strata_err err;
+    assert_int_equal(run(s, &c, &err), 0);
+}
+
+static void set_state(meta_state *s, uint64_t id, meta_node_state st, uint64_t now)
+{
+    meta_cmd c = {.kind = META_CMD_NODE_STATE, .now_ms = now};
+    c.node.id = id;
+    c.node.state = st;
+    strata_err err;
+    if (run(s, &c, &err))
+        fail_msg("set_state: %s", err.msg);
+}
+
+static size_t replicas_of(const meta_state *s, uint64_t node)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < meta_partition_count(s); i++)
+        n += meta_partition_has(meta_partition_at(s, i), node, NULL);
+    return n;
+}
+
+static size_t leaders_of(const meta_state *s, uint64_t node)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < meta_partition_count(s); i++)
+        n += meta_partition_at(s, i)->leader_hint == node;
+    return n;
+}
+
+/* max - min of replica counts over ACTIVE nodes of `az` (all AZs when NULL). */
+static size_t spread(const meta_state *s, const char *az, bool leaders)
+{
+    size_t lo = SIZE_MAX, hi = 0;
+    for (size_t i = 0; i < meta_node_count(s); i++) {
+        const meta_node *n = meta_node_at(s, i);
+        if (n->state != META_NODE_ACTIVE || (az && strcmp(az, n->az)))
+            continue;
+        size_t c = leaders ? leaders_of(s, n->id) : replicas_of(s, n->id);
+        lo = c < lo ? c : lo;
+        hi = c > hi ? c : hi;
+    }
+    return lo == SIZE_MAX ? 0 : hi - lo;
+}
+
+/* Whether all ACTIVE nodes of `az` are on one host: no replica can move between them
+ * (learner and source would share the host), so balance there is only within 2. */
+static bool az_single_host(const meta_state *s, const char *az)
+{
+    const char *host = NULL;
+    for (size_t i = 0; i < meta_node_count(s); i++) {
+        const meta_node *a = meta_node_at(s, i);
+        if (a->state != META_NODE_ACTIVE || strcmp(a->az, az))
+            continue;
+        if (host && strcmp(host, a->host))
+            return false;
+        host = a->host;
+    }
+    return true;
+}
+
+/* strict: within 1 whatever the hosts (new placements pick one node per AZ). */
+static void check_az_balance(const meta_state *s, bool strict)
+{
+    for (size_t i = 0; i < meta_node_count(s); i++)
+        if (spread(s, meta_node_at(s, i)->az, false) >
+            (!strict && az_single_host(s, meta_node_at(s, i)->az) ? 2u : 1u))
+            fail_msg("seed %llu (%s): replica counts in AZ %s differ by %zu",
+                     (unsigned long long)cur_seed, phase, meta_node_at(s, i)->az,
+                     spread(s, meta_node_at(s, i)->az, false));
+}
+
+static void apply_moves(meta_state *s, const placement_move *mv, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        for (int step = 0; step < placement_move_steps(&mv[i]); step++) {
+            meta_cmd c;
+            strata_err err;
+            assert_int_equal(placement_move_cmd(s, &mv[i], step, &c, &err), 0);
+            if (run(s, &c, &err))
+                fail_msg("move %zu step %d (partition %llu %llu -> %llu): %s", i, step,
+                         (unsigned long long)mv[i].partition_id, (unsigned long long)mv[i].from,
+                         (unsigned long long)mv[i].to, err.msg);
+            check_ok(s); /* every rule holds after every step */
+        }
+    }
+}
+
+static void apply_leaders(meta_state *s)
+{
+    placement_leader *l;
+    size_t n;
+    strata_err err;
+    assert_int_equal(placement_leaders(s, &l, &n, &err), 0);
+    for (size_t i = 0; i < n; i++) {
+        meta_cmd c = {
+            .kind = META_CMD_SET_LEADER, .partition_id = l[i].partition_id, .node_id = l[i].leader};
+        if (run(s, &c, &err))
+            fail_msg("set leader: %s", err.msg);
+    }
+    free(l);
+}
+
+static void create_table(meta_state *s, const char *name, size_t nparts)
+{
+    meta_partition *p = calloc(nparts, sizeof(*p));
+    assert_non_null(p);
+    strata_err err;
+    uint32_t tid = meta_next_table_id(s);
+    if (placement_new_table(s, tid, nparts, meta_next_partition_id(s), p, &err))
+        fail_msg("placement_new_table: %s", err.msg);
+    meta_cmd c = {.kind = META_CMD_TABLE_CREATE,
+                  .now_ms = 1000,
+                  .table_id = tid,
+                  .name = name,
+                  .name_len = strlen(name),
+                  .parts = p,
+                  .n_parts = nparts};
+    if (run(s, &c, &err))
+        fail_msg("create %s: %s", name, err.msg);
+    free(p);
+}
+
+/* Brute-force oracle: can every replica of node x move somewhere? A target is an ACTIVE
+ * node, not a member, on a host no member uses, in x's AZ or in an AZ no other voter
+ * uses. */
+static bool drain_possible(const meta_state *s, uint64_t x, size_t n_az)
+{
+    (void)n_az;
+    const meta_node *nx = meta_node_find(s, x);
+    for (size_t pi = 0; pi < meta_partition_count(s); pi++) {
+        const meta_partition *p = meta_partition_at(s, pi);
+        if (!meta_partition_has(p, x, NULL))
+            continue;
+        bool found = false;
+        for (size_t i = 0; i < meta_node_count(s) && !found; i++) {
+            const meta_node *t = meta_node_at(s, i);
+            if (t->state != META_NODE_ACTIVE || meta_partition_has(p, t->id, NULL))
+                continue;
+            bool ok = true;
+            for (uint32_t m = 0; m < p->n_members; m++) {
+                const meta_node *o = meta_node_find(s, p->members[m].node);
+                if (!strcmp(o->host, t->host))
+                    ok = false;
+                if (o->id != x && p->members[m].role == META_VOTER && !strcmp(o->az, t->az))
+                    ok = false;
+            }
+            found = ok;
+        }
+        if (!found)
+            return false;
+    }
+    (void)nx;
+    return true;
+}
+
+static uint64_t scenario(uint64_t seed, bool verbose)
+{
+    rng_state = seed * 0x9E3779B97F4A7C15ull + 1;
+    cur_seed = seed;
+    phase = "create";
+    meta_state *s = meta_new();
+    size_t n_az = 3 + rnd() % 2;
+    size_t n_nodes = 3 + rnd() % 10;
+    if (n_nodes < n_az)
+        n_nodes = n_az;
+    bool equal_azs = rnd() % 2;
+    size_t az_size[4] = {0};
+    uint64_t id = 1;
+    for (size_t i = 0; i < n_nodes; i++, id++) {
+        size_t a = equal_azs || i < n_az ? i % n_az : rnd() % n_az;
+        char az[48], host[96];
+        snprintf(az, sizeof(az), "az%zu", a);
+        /* Now and then two nodes of one AZ share a host. */
+        if (az_size[a] > 0 && rnd() % 4 == 0)
+            snprintf(host, sizeof(host), "az%zu-h%zu", a, az_size[a] - 1);
+        else
+            snprintf(host, sizeof(host), "az%zu-h%zu", a, az_size[a]);
+        az_size[a]++;
+        reg(s, id, az, host);
+    }
+    equal_azs = true;
+    for (size_t a = 1; a < n_az; a++)
+        equal_azs &= az_size[a] == az_size[0];
+
+    size_t n_tables = 5 + rnd() % 25;
+    for (size_t t = 0; t < n_tables; t++) {
+        char name[16];
+        snprintf(name, sizeof(name), "tbl%zu", t);
+        create_table(s, name, 1 + rnd() % 8);
+        check_ok(s);
+        check_az_balance(s, true);
+        if (equal_azs && spread(s, NULL, false) > 1)
+            fail_msg("seed %llu: replica spread %zu with equal AZs", (unsigned long long)seed,
+                     spread(s, NULL, false));
+    }
+    apply_leaders(s);
+    check_ok(s);
+    if (spread(s, NULL, true) > 1)
+        fail_msg("seed %llu: leader spread %zu", (unsigned long long)seed, spread(s, NULL, true));
+
+    /* A split keeps replicas; a drop frees them. */
+    {
+        const meta_partition *p = meta_partition_at(s, rnd() % meta_partition_count(s));
+        meta_cmd c = {.kind = META_CMD_SPLIT,
+                      .partition_id = p->id,
+                      .epoch = p->epoch,
+                      .split_hash = p->hash_lo + (p->hash_hi - p->hash_lo) / 2 + 1,
+                      .new_partition_id = meta_next_partition_id(s)};
+        strata_err err;
+        if (run(s, &c, &err))
+            fail_msg("split: %s", err.msg);
+        check_ok(s);
+    }
+
+    /* A new node joins (on its own host); rebalance evens counts within its AZ. */
+    phase = "join";
+    {
+        char az[48], host[96];
+        size_t a = rnd() % n_az;
+        snprintf(az, sizeof(az), "az%zu", a);
+        snprintf(host, sizeof(host), "az%zu-new", a);
+        uint64_t nid = id++;
+        reg(s, nid, az, host);
+        placement_move *mv;
+        size_t n;
+        strata_err err;
+        assert_int_equal(placement_rebalance(s, &mv, &n, &err), 0);
+        assert_true(n > 0);
+        apply_moves(s, mv, n);
+        free(mv);
+        assert_true(replicas_of(s, nid) > 0);
+        check_az_balance(s, false);
+        /* A second plan right after finds nothing left to do. */
+        assert_int_equal(placement_rebalance(s, &mv, &n, &err), 0);
+        assert_int_equal(n, 0);
+        free(mv);
+    }
+
+    /* Drain one node. */
+    {
+        uint64_t x = 1 + rnd() % n_nodes;
+        set_state(s, x, META_NODE_DRAINING, 2000);
+        placement_move *mv;
+        size_t n;
+        strata_err err;
+        bool possible = drain_possible(s, x, n_az);
+        int rc = placement_drain(s, x, &mv, &n, &err);
+        if (!possible || replicas_of(s, x) == 0) {
+            if (replicas_of(s, x) > 0) {
+                assert_int_equal(rc, -1);
+                assert_int_equal(err.code, ERR_VALIDATION);
+                assert_non_null(strstr(err.msg, "no ACTIVE node"));
+            }
+            set_state(s, x, META_NODE_ACTIVE, 2001);
+        } else {
+            if (rc)
+                fail_msg("seed %llu: drain of %llu: %s", (unsigned long long)seed,
+                         (unsigned long long)x, err.msg);
+            apply_moves(s, mv, n);
+            free(mv);
+            assert_int_equal(replicas_of(s, x), 0);
+            set_state(s, x, META_NODE_REMOVED, 2002);
+        }
+        check_ok(s);
+    }
+
+    /* A node goes down; it is replaced only once the deadline has passed. */
+    {
+        uint64_t y = 1 + rnd() % n_nodes;
+        const meta_node *ny = meta_node_find(s, y);
+        if (ny->state == META_NODE_ACTIVE) {
+            set_state(s, y, META_NODE_DOWN, 10000);
+            placement_move *mv;
+            size_t n;
+            strata_err err;
+            assert_int_equal(placement_replace_down(s, 10500, 1000, &mv, &n, &err), 0);
+            assert_int_equal(n, 0);
+            free(mv);
+            bool possible = drain_possible(s, y, n_az);
+            int rc = placement_replace_down(s, 11000, 1000, &mv, &n, &err);
+            if (possible && rc == 0) {
+                apply_moves(s, mv, n);
+                free(mv);
+                assert_int_equal(replicas_of(s, y), 0);
+                set_state(s, y, META_NODE_REMOVED, 11001);
+            } else if (replicas_of(s, y) > 0) {
+                if (possible)
+                    fail_msg("seed %llu: replace %llu: %s", (unsigned long long)seed,
+                             (unsigned long long)y, err.msg);
+                assert_int_equal(rc, -1);
+            }
+            check_ok(s);
+        }
+    }
+    apply_leaders(s);
+    check_ok(s);
+    uint64_t digest = meta_state_digest(s);
+    {
+        /* The snapshot of the final state restores to the same state. */
+        buf b;
+        buf_init(&b, 0);
+        strata_err err;
+        assert_int_equal(meta_state_encode(s, &b, &err), 0);
+        meta_state *r = meta_state_decode(b.data, b.len, &err);
+        if (r == NULL)
+            fail_msg("seed %llu: snapshot: %s", (unsigned long long)seed, err.msg);
+        assert_int_equal(meta_state_digest(r), digest);
+        meta_free(r);
+        buf_free(&b);
+    }
+    if (verbose)
+        printf("seed %llu: %zu AZs, %zu nodes, %zu partitions, digest %016llx\n",
+               (unsigned long long)seed, n_az, meta_node_count(s), meta_partition_count(s),
+               (unsigned long long)digest);
+    meta_free(s);
+    return digest;
+}
+
+static void test_randomized_clusters(void **state)
+{
+    (void)state;
+    /* META_PLACEMENT_SEEDS=n runs more clusters (for soak runs by hand). */
+    const char *env = getenv("META_PLACEMENT_SEEDS");
+    uint64_t seeds = env ? strtoull(env, NULL, 10) : 150;
+    for (uint64_t seed = 1; seed <= seeds; seed++)
+        scenario(seed, seed <= 3);
+}
+
+static void test_determinism(void **state)
+{
+    (void)state;
+    for (uint64_t seed = 500; seed < 510; seed++)
+        assert_int_equal(scenario(seed, false), scenario(seed, false));
+    assert_int_not_equal(scenario(1, false), scenario(2, false));
+}
+
+static void test_needs_three_azs(void **state)
+{
+    (void)state;
+    meta_state *s = meta_new();
+    reg(s, 1, "a", "h1");
+    reg(s, 2, "b", "h2");
+    reg(s, 3, "b", "h3");
+    meta_partition p[1];
+    strata_err err;
+    assert_int_equal(placement_new_table(s, 1, 1, 1, p, &err), -1);
+    assert_int_equal(err.code, ERR_VALIDATION);
+    assert_non_null(strstr(err.msg, "3 AZs"));
+    reg(s, 4, "c", "h4");
+    set_state(s, 4, META_NODE_DRAINING, 1); /* draining nodes take no new replicas */
+    assert_int_equal(placement_new_table(s, 1, 1, 1, p, &err), -1);
+    set_state(s, 4, META_NODE_ACTIVE, 2);
+    assert_int_equal(placement_new_table(s, 1, 1, 1, p, &err), 0);
+    assert_int_equal(p[0].hash_lo, 0);
+    assert_int_equal(p[0].hash_hi, UINT64_MAX);
+    assert_int_equal(placement_new_table(s, 1, 0, 1, p, &err), -1);
+    meta_free(s);
+}
+
+static void test_even_ranges(void **state)
+{
+    (void)state;
+    meta_state *s = meta_new();
+    reg(s, 1, "a", "h1");
+    reg(s, 2, "b", "h2");
+    reg(s, 3, "c", "h3");
+    meta_partition p[7];
+    strata_err err;
+    assert_int_equal(placement_new_table(s, 4, 7, 10, p, &err), 0);
+    for (size_t i = 0; i < 7; i++) {
+        assert_int_equal(p[i].id, 10 + i);
+        assert_int_equal(p[i].table_id, 4);
+        assert_int_equal(p[i].n_members, 3);
+        if (i)
+            assert_int_equal(p[i].hash_lo, p[i - 1].hash_hi + 1);
+    }
+    assert_int_equal(p[6].hash_hi, UINT64_MAX);
+    /* Leaders rotate over the three nodes. */
+    size_t leads[4] = {0};
+    for (size_t i = 0; i < 7; i++)
+        leads[p[i].leader_hint]++;
+    assert_true(leads[1] >= 2 && leads[2] >= 2 && leads[3] >= 2);
+    meta_free(s);
+}
+
+static void test_drain_impossible_with_three_single_node_azs(void **state)
+{
+    (void)state;
+    meta_state *s = meta_new();
+    reg(s, 1, "a", "h1");
+    reg(s, 2, "b", "h2");
+    reg(s, 3, "c", "h3");
+    reg(s, 4, "a", "h1"); /* same host as node 1 */
+    create_table(s, "t", 4);
+    set_state(s, 1, META_NODE_DRAINING, 5);
+    placement_move *mv;
+    size_t n;
+    strata_err err;
+    if (replicas_of(s, 1) > 0) {
+        assert_int_equal(placement_drain(s, 1, &mv, &n, &err), -1);
+        assert_non_null(strstr(err.msg, "AZ or host"));
+    }
+    reg(s, 5, "a", "h5");
+    assert_int_equal(placement_drain(s, 1, &mv, &n, &err), 0);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(mv[i].to, 5); /* the only node of AZ a on another host */
+    apply_moves(s, mv, n);
+    free(mv);
+    assert_int_equal(replicas_of(s, 1), 0);
+    assert_int_equal(placement_drain(s, 99, &mv, &n, &err), -1);
+    assert_int_equal(err.code, ERR_NOT_FOUND);
+    meta_free(s);
+}
+
+static void test_rebalance_through_third_node(void **state)
+{
+    (void)state;
+    meta_state *s = meta_new();
+    reg(s, 1, "a", "h1");
+    reg(s, 2, "b", "h2");
+    reg(s, 3, "c", "h3");
+    reg(s, 7, "a", "h7");
+    create_table(s, "t", 3); /* AZ a: node 1 gets 2 replicas, node 7 gets 1 */
+    assert_int_equal(replicas_of(s, 1), 2);
+    assert_int_equal(replicas_of(s, 7), 1);
+    reg(s, 4, "a", "h1"); /* joins on node 1's host: 1 -> 4 is never legal */
+    placement_move *mv;
+    size_t n;
+    strata_err err;
+    assert_int_equal(placement_rebalance(s, &mv, &n, &err), 0);
+    assert_int_equal(n, 2);
+    assert_int_equal(mv[0].from, 1);
+    assert_int_equal(mv[0].to, 7);
+    assert_int_equal(mv[1].from, 7);
+    assert_int_equal(mv[1].to, 4);
+    apply_moves(s, mv, n);
+    free(mv);
+    assert_int_equal(replicas_of(s, 1), 1);
+    assert_int_equal(replicas_of(s, 4), 1);
+    assert_int_equal(replicas_of(s, 7), 1);
+    meta_free(s);
+}
+
+static void test_leaders_leave_unfit_nodes(void **state)
+{
+    (void)state;
+    meta_state *s = meta_new();
+    reg(s, 1, "a", "h1");
+    reg(s, 2, "b", "h2");
+    reg(s, 3, "c", "h3");
+    create_table(s, "t", 9);
+    assert_int_equal(leaders_of(s, 1), 3);
+    assert_int_equal(leaders_of(s, 2), 3);
+    assert_int_equal(leaders_of(s, 3), 3);
+    set_state(s, 1, META_NODE_DRAINING, 10);
+    set_state(s, 2, META_NODE_DOWN, 11);
+    apply_leaders(s);
+    assert_int_equal(leaders_of(s, 3), 9); /* the only ACTIVE voter leads everything */
+    set_state(s, 1, META_NODE_ACTIVE, 12);
+    set_state(s, 2, META_NODE_ACTIVE, 13);
+    apply_leaders(s);
+    assert_int_equal(leaders_of(s, 1), 3);
+    assert_int_equal(leaders_of(s, 2), 3);
+    assert_int_equal(leaders_of(s, 3), 3);
+    meta_free(s);
+}
+
+static void test_replace_after_deadline(void **state)
+{
+    (void)state;
+    meta_state *s = meta_new();
+    reg(s, 1, "a", "h1");
+    reg(s, 2, "b", "h2");
+    reg(s, 3, "c", "h3");
+    reg(s, 4, "b", "h4");
+    create_table(s, "t", 4);
+    size_t held = replicas_of(s, 2);
+    assert_true(held > 0);
+    set_state(s, 2, META_NODE_DOWN, 50000);
+    placement_move *mv;
+    size_t n;
+    strata_err err;
+    assert_int_equal(placement_replace_down(s, 50000 + 29999, 30000, &mv, &n, &err), 0);
+    assert_int_equal(n, 0);
+    free(mv);
+    assert_int_equal(placement_replace_down(s, 50000 + 30000, 30000, &mv, &n, &err), 0);
+    assert_int_equal(n, held);
+    for (size_t i = 0; i < n; i++) {
+        assert_int_equal(mv[i].from, 2);
+        assert_int_equal(mv[i].to, 4);
+        assert_true(mv[i].promote);
+        assert_int_equal(placement_move_steps(&mv[i]), 3);
+    }
+    meta_cmd c;
+    assert_int_equal(placement_move_cmd(s, &mv[0], 3, &c, &err), -1);
+    apply_moves(s, mv, n);
+    free(mv);
+    assert_int_equal(replicas_of(s, 2), 0);
+    set_state(s, 2, META_NODE_REMOVED, 80001);
+    check_ok(s);
+    meta_free(s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_needs_three_azs),
+        cmocka_unit_test(test_even_ranges),
+        cmocka_unit_test(test_drain_impossible_with_three_single_node_azs),
+        cmocka_unit_test(test_rebalance_through_third_node),
+        cmocka_unit_test(test_leaders_leave_unfit_nodes),
+        cmocka_unit_test(test_replace_after_deadline),
+        cmocka_unit_test(test_randomized_clusters),
+        cmocka_unit_test(test_determinism),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
