@@ -597,7 +597,11 @@ int partition_result_decode(const uint8_t *res, size_t len, arena *a, partition_
     out->code = (strata_code)r->code;
     if (out->code >= ERR_CODE_COUNT)
         out->code = ERR_INTERNAL;
-    snprintf(out->message, sizeof out->message, "%s", r->message ? r->message : "");
+    /* A bounded copy rather than snprintf("%s"): this runs twice for every write. */
+    const char *msg = r->message ? r->message : "";
+    size_t n = strnlen(msg, sizeof out->message - 1);
+    memcpy(out->message, msg, n);
+    out->message[n] = '\0';
     out->old_size = r->old_size;
     out->new_size = r->new_size;
     if (r->has_attributes) {

@@ -384,7 +384,12 @@ static void conn_write(http_conn *core, const http_iov *iov, size_t n)
         return;
     }
     c->write_pending = true;
-    c->write_queue_mark = unsent_bytes(c);
+    /* Nearly always libuv handed every byte to the kernel at once. Then expire() waits
+     * on without looking at the mark (nothing can join libuv's queue while this write
+     * is pending), so the TIOCOUTQ ioctl that unsent_bytes() makes, one syscall per
+     * response, is needed only when bytes stayed queued in libuv. */
+    c->write_queue_mark =
+        uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) == 0 ? 0 : unsent_bytes(c);
     tl_arm(c, TL_WRITE);
 }
 

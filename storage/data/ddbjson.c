@@ -7,6 +7,7 @@
  */
 #include "storage/data/ddbjson.h"
 
+#include <assert.h>
 #include <ctype.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -544,14 +545,50 @@ json_t *ddbjson_from_item(const av *item)
 
 /* ---- output as text ---- */
 
+/* True if byte c goes into a JSON string as it is. */
+static bool plain_char(unsigned char c)
+{
+    return c >= 0x20 && c != '"' && c != '\\';
+}
+
 void ddbjson_write_string(const char *s, size_t len, buf *out)
 {
     static const char hex[] = "0123456789abcdef";
+    /* Most strings (names, values) need no escape: one reservation and one copy
+     * instead of three appends. */
+    size_t plain = 0;
+    /* Eight bytes at a time (values are mostly long plain text): a word has a byte to
+     * escape iff it has a byte below 0x20, a '"' or a '\\' (the classic "has zero
+     * byte" / "has byte less than" tests, exact for whether any byte matches). */
+    const uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
+    while (len - plain >= 8) {
+        uint64_t w;
+        memcpy(&w, s + plain, 8);
+        uint64_t quote = w ^ (ones * '"'), backslash = w ^ (ones * '\\');
+        uint64_t hit = ((w - ones * 0x20) & ~w) | ((quote - ones) & ~quote) |
+                       ((backslash - ones) & ~backslash);
+        if (hit & highs)
+            break;
+        plain += 8;
+    }
+    while (plain < len && plain_char((unsigned char)s[plain]))
+        plain++;
+    if (plain == len) {
+        if (!buf_reserve(out, len + 2))
+            return;
+        uint8_t *p = out->data + out->len;
+        p[0] = '"';
+        if (len > 0) /* s may be NULL for an empty string */
+            memcpy(p + 1, s, len);
+        p[len + 1] = '"';
+        out->len += len + 2;
+        return;
+    }
     buf_put_u8(out, '"');
     size_t run = 0;
     for (size_t i = 0; i < len; i++) {
         unsigned char c = (unsigned char)s[i];
-        if (c >= 0x20 && c != '"' && c != '\\')
+        if (plain_char(c))
             continue;
         buf_append(out, s + run, i - run);
         run = i + 1;
@@ -667,11 +704,16 @@ void ddbjson_write_value(const av *v, buf *out)
         out->failed = true;
         return;
     }
-    buf_put_u8(out, '{');
-    buf_put_u8(out, '"');
-    buf_append(out, name, strlen(name));
-    buf_put_u8(out, '"');
-    buf_put_u8(out, ':');
+    /* {"<type>": in one append; type names are at most 4 characters. */
+    char head[16];
+    size_t n = strlen(name);
+    assert(n + 4 <= sizeof head);
+    head[0] = '{';
+    head[1] = '"';
+    memcpy(head + 2, name, n);
+    head[n + 2] = '"';
+    head[n + 3] = ':';
+    buf_append(out, head, n + 4);
     write_payload(v, out);
     buf_put_u8(out, '}');
 }
