@@ -713,9 +713,13 @@ static void job_work(uv_work_t *req)
         strata_err_set(&j->err, ERR_NOMEM, "out of memory encoding the manifest");
         goto fail;
     }
-    rc = manifest_write_file(j->db->dir, m.data, m.len, &j->err);
+    bool renamed;
+    rc = manifest_write_file(j->db->dir, m.data, m.len, &renamed, &j->err);
     buf_free(&m);
-    if (rc == 0)
+    /* Once the new MANIFEST is in place it names the outputs (and no longer names a
+     * compaction's inputs): deleting them would lose data on the next open. The job
+     * still fails, so the error is sticky and nothing more is written. */
+    if (rc == 0 || renamed)
         return;
 fail:
     for (int i = 0; i < j->nadded; i++) {
@@ -1900,9 +1904,12 @@ static void remove_orphans(lsm *db)
     while ((e = readdir(d)) != NULL) {
         char path[4096];
         unsigned long long num;
-        char tail[8];
         bool orphan = strcmp(e->d_name, "MANIFEST.tmp") == 0;
-        if (sscanf(e->d_name, "%llu.ss%1s", &num, tail) == 2 && strcmp(tail, "t") == 0) {
+        int end = 0;
+        /* Exactly "<digits>.sst": never another file that merely starts like one. */
+        if (e->d_name[0] >= '0' && e->d_name[0] <= '9' &&
+            sscanf(e->d_name, "%llu.sst%n", &num, &end) == 1 && end > 0 &&
+            e->d_name[end] == '\0') {
             orphan = true;
             for (int l = 0; l < LSM_LEVELS; l++)
                 for (int i = 0; i < db->current->nfiles[l]; i++)

@@ -244,8 +244,11 @@ void manifest_encode(buf *out, uint64_t next_file, uint64_t last_seq, const vers
 /* Decodes untrusted bytes; pointers in *m point into data. */
 int manifest_decode(const uint8_t *data, size_t len, manifest *m, strata_err *err);
 void manifest_clear(manifest *m);
-/* Writes MANIFEST.tmp, fsyncs, renames to MANIFEST, fsyncs dir. */
-int manifest_write_file(const char *dir, const uint8_t *data, size_t len, strata_err *err);
+/* Writes MANIFEST.tmp, fsyncs, renames to MANIFEST, fsyncs dir. *renamed tells whether
+ * the new MANIFEST replaced the old one: after a failure with *renamed set, the files it
+ * names may be the database's live files on the next open and must not be deleted. */
+int manifest_write_file(const char *dir, const uint8_t *data, size_t len, bool *renamed,
+                        strata_err *err);
 
 /* ---- Iterators ---- */
 iter *merge_iter_new(iter **children, int n); /* takes ownership of children */

@@ -197,8 +197,10 @@ static int fsync_dir(const char *dir, strata_err *err)
     return 0;
 }
 
-int manifest_write_file(const char *dir, const uint8_t *data, size_t len, strata_err *err)
+int manifest_write_file(const char *dir, const uint8_t *data, size_t len, bool *renamed,
+                        strata_err *err)
 {
+    *renamed = false;
     char tmp[4096], final[4096];
     snprintf(tmp, sizeof tmp, "%s/MANIFEST.tmp", dir);
     snprintf(final, sizeof final, "%s/MANIFEST", dir);
@@ -236,5 +238,6 @@ int manifest_write_file(const char *dir, const uint8_t *data, size_t len, strata
         unlink(tmp);
         return strata_err_set(err, ERR_IO, "rename %s: %s", tmp, strerror(e));
     }
+    *renamed = true;
     return fsync_dir(dir, err);
 }

@@ -678,6 +678,31 @@ static int count_tables(const char *dir)
     return n;
 }
 
+/* Open deletes orphan tables ("<n>.sst" not in the MANIFEST) and nothing else. */
+static void open_removes_only_orphan_tables(void **state)
+{
+    fixture *f = *state;
+    static const char *const keep[] = {"12.sstable", "12.sst.bak", "x12.sst", "notes"};
+    char path[4200];
+    for (size_t i = 0; i < sizeof keep / sizeof keep[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", f->dir, keep[i]);
+        FILE *fp = fopen(path, "w");
+        assert_non_null(fp);
+        fclose(fp);
+    }
+    snprintf(path, sizeof path, "%s/77.sst", f->dir);
+    FILE *orphan = fopen(path, "w");
+    assert_non_null(orphan);
+    fclose(orphan);
+    lsm *db = open_db(&f->loop, &f->o);
+    assert_int_equal(access(path, F_OK), -1);
+    for (size_t i = 0; i < sizeof keep / sizeof keep[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", f->dir, keep[i]);
+        assert_int_equal(access(path, F_OK), 0);
+    }
+    close_db(&f->loop, db);
+}
+
 static void obsolete_files_outlive_their_readers(void **state)
 {
     fixture *f = *state;
@@ -842,6 +867,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(block_cache_is_bounded, setup, teardown),
         cmocka_unit_test_setup_teardown(randomized_against_model, setup, teardown),
         cmocka_unit_test_setup_teardown(obsolete_files_outlive_their_readers, setup, teardown),
+        cmocka_unit_test_setup_teardown(open_removes_only_orphan_tables, setup, teardown),
         cmocka_unit_test_setup_teardown(background_error_is_sticky, setup, teardown),
         cmocka_unit_test_setup_teardown(close_waits_for_running_job, setup, teardown),
         cmocka_unit_test_setup_teardown(level0_file_count_stops_writes, setup, teardown),
