@@ -224,14 +224,7 @@ static void teardown(void)
 /* ItemCount / TableSizeBytes bookkeeping, as stratad does it. */
 static void result_stats(const uint8_t *result, size_t len, partition_stats *delta)
 {
-    arena a;
-    arena_init(&a, 0);
-    partition_write_result r;
-    if (partition_result_decode(result, len, &a, &r, NULL) == 0 && r.code == ERR_NONE) {
-        delta->item_count = (r.new_size > 0) - (r.old_size > 0);
-        delta->size_bytes = (int64_t)r.new_size - (int64_t)r.old_size;
-    }
-    arena_free(&a);
+    partition_result_delta(result, len, &delta->item_count, &delta->size_bytes);
 }
 
 static void setup(void)
