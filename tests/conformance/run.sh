@@ -112,8 +112,9 @@ if [ $crashed = 0 ]; then
     wait "$pid"
     status=$?
     pid=
-    # 0: clean shutdown; 143: terminated by the SIGTERM we sent.
-    if [ $status != 0 ] && [ $status != 143 ]; then
+    # stratad handles SIGTERM and must exit 0; 143 would mean it died of the signal
+    # without closing its engine and log.
+    if [ $status != 0 ]; then
         echo "run.sh: stratad exited with status $status" >&2
         crashed=1
     fi
