@@ -47,8 +47,11 @@ void *arena_alloc(arena *a, size_t size)
         return NULL;
     arena_chunk *c = a->head;
     if (c == NULL || c->size - c->used < need) {
-        /* Grow geometrically so a large request needs few chunks. */
+        /* Grow geometrically so a large request needs few chunks, but never ask malloc
+         * for more than the limit leaves: memory held stays within about the limit. */
         size_t grow = c ? c->size * 2 : ARENA_CHUNK_MIN;
+        if (a->limit != 0 && grow > a->limit - a->allocated)
+            grow = a->limit - a->allocated;
         arena_chunk *n = new_chunk(need > grow ? need : grow);
         if (n == NULL)
             return NULL;

@@ -45,6 +45,14 @@ static void arena_aligns_and_respects_limit(void **state)
     assert_int_equal(a.allocated, 0);
     assert_non_null(arena_alloc(&a, 64));
     arena_free(&a);
+    /* Capping chunk growth at the limit must not refuse what still fits. */
+    arena lim;
+    arena_init(&lim, 40000);
+    for (int i = 0; i < 30; i++)
+        assert_non_null(arena_alloc(&lim, 1000)); /* 30 x 1008 after alignment */
+    assert_non_null(arena_alloc(&lim, 9000));     /* 39,248 of 40,000 */
+    assert_null(arena_alloc(&lim, 1000));         /* over the limit */
+    arena_free(&lim);
 }
 
 static void buf_is_bounded_and_sticky(void **state)
