@@ -37,8 +37,14 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 set +e
 meson test -C build/test --print-errorlogs --num-processes "$jobs" 2>&1 | tee build/test/meson-test.out
+meson_status=${PIPESTATUS[0]}
 set -e
 count_meson_results build/test/meson-test.out
+# meson failing without a summary (a crash, a configure error) must not pass silently.
+if [ "$meson_status" -ne 0 ] && [ "$failed" -eq 0 ]; then
+    echo "meson test exited with status $meson_status"
+    failed=$((failed + 1))
+fi
 
 echo "== fuzz harnesses (clang, libFuzzer, ${STRATA_FUZZ_SECONDS:-20} s each)"
 if [ ! -f build/fuzz/build.ninja ]; then
@@ -46,12 +52,18 @@ if [ ! -f build/fuzz/build.ninja ]; then
         -Db_sanitize=address,undefined -Db_lundef=false
 fi
 ninja -C build/fuzz -j "$jobs"
-if bash tests/fuzz/run.sh build/fuzz "${STRATA_FUZZ_SECONDS:-20}" >build/fuzz/fuzz-run.out 2>&1; then :; fi
+fuzz_status=0
+bash tests/fuzz/run.sh build/fuzz "${STRATA_FUZZ_SECONDS:-20}" >build/fuzz/fuzz-run.out 2>&1 ||
+    fuzz_status=$?
 cat build/fuzz/fuzz-run.out | grep -E '^fuzz:' || true
 fz_ok=$(grep -c '^fuzz: ok' build/fuzz/fuzz-run.out || true)
 fz_fail=$(grep -c '^fuzz: FAIL' build/fuzz/fuzz-run.out || true)
 passed=$((passed + fz_ok))
 failed=$((failed + fz_fail))
+if [ "$fuzz_status" -ne 0 ] && [ "$fz_fail" -eq 0 ]; then
+    tail -5 build/fuzz/fuzz-run.out
+    failed=$((failed + 1))
+fi
 
 echo "tests: $passed passed, $failed failed"
 [ "$failed" -eq 0 ] && [ "$passed" -gt 0 ]

@@ -33,5 +33,8 @@ for exe in "$build"/tests/fuzz/*/fuzz_*; do
         status=1
     fi
 done
-[ "$found" -eq 1 ] || echo "fuzz: no harness built in $build"
+if [ "$found" -eq 0 ]; then
+    echo "fuzz: no harness built in $build"
+    exit 1
+fi
 exit $status
