@@ -527,6 +527,26 @@ static int apply_table_create(meta_state *s, const meta_cmd *c, strata_err *err)
     return 0;
 }
 
+/* Replaces a table's schema blob (UpdateTable, tags): the partition map is unchanged. */
+static int apply_table_schema(meta_state *s, const meta_cmd *c, strata_err *err)
+{
+    size_t i = table_index(s, c->table_id);
+    if (i == SIZE_MAX)
+        return strata_err_set(err, ERR_NOT_FOUND, "table %u does not exist", c->table_id);
+    if (c->schema_len > META_SCHEMA_MAX)
+        return strata_err_set(err, ERR_VALIDATION, "schema of %zu bytes is over %u",
+                              c->schema_len, META_SCHEMA_MAX);
+    uint8_t *schema = malloc(c->schema_len ? c->schema_len : 1);
+    if (schema == NULL)
+        return strata_err_set(err, ERR_NOMEM, "out of memory");
+    if (c->schema_len)
+        memcpy(schema, c->schema, c->schema_len);
+    free(s->tables[i].schema);
+    s->tables[i].schema = schema;
+    s->tables[i].schema_len = c->schema_len;
+    return 0;
+}
+
 static int apply_table_drop(meta_state *s, const meta_cmd *c, strata_err *err)
 {
     size_t i = table_index(s, c->table_id);
@@ -695,6 +715,8 @@ int meta_apply_cmd(meta_state *s, const meta_cmd *c, strata_err *err)
         return apply_table_create(s, c, err);
     case META_CMD_TABLE_DROP:
         return apply_table_drop(s, c, err);
+    case META_CMD_TABLE_SCHEMA:
+        return apply_table_schema(s, c, err);
     case META_CMD_SET_LEADER:
         return apply_set_leader(s, c, err);
     case META_CMD_SPLIT:
@@ -808,6 +830,13 @@ int meta_encode(const meta_cmd *c, buf *out, strata_err *err)
         break;
     case META_CMD_TABLE_DROP:
         buf_put_u32be(out, c->table_id);
+        break;
+    case META_CMD_TABLE_SCHEMA:
+        if (c->schema_len > META_SCHEMA_MAX)
+            return strata_err_set(err, ERR_VALIDATION, "table schema command over its bounds");
+        buf_put_u32be(out, c->table_id);
+        buf_put_varint(out, c->schema_len);
+        buf_append(out, c->schema, c->schema_len);
         break;
     case META_CMD_SET_LEADER:
         buf_put_varint(out, c->partition_id);
@@ -933,6 +962,15 @@ static bool decode_body(rd *r, meta_cmd *c)
     case META_CMD_TABLE_DROP:
         c->table_id = rd_u32be(r);
         return true;
+    case META_CMD_TABLE_SCHEMA: {
+        c->table_id = rd_u32be(r);
+        uint64_t sl = rd_varint(r);
+        if (r->failed || sl > META_SCHEMA_MAX || sl > rd_left(r))
+            return false;
+        c->schema = rd_bytes(r, (size_t)sl);
+        c->schema_len = (size_t)sl;
+        return true;
+    }
     case META_CMD_SET_LEADER:
         c->partition_id = rd_varint(r);
         c->node_id = rd_varint(r);

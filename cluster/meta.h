@@ -107,7 +107,8 @@ typedef enum {
     META_CMD_ADD_LEARNER,       /* partition_id, epoch, node_id */
     META_CMD_PROMOTE,           /* partition_id, epoch, node_id (a learner) */
     META_CMD_REMOVE_REPLICA,    /* partition_id, epoch, node_id */
-    META_CMD_KIND_MAX = META_CMD_REMOVE_REPLICA,
+    META_CMD_TABLE_SCHEMA,      /* table_id, schema (replaces the blob; UpdateTable, tags) */
+    META_CMD_KIND_MAX = META_CMD_TABLE_SCHEMA,
 } meta_cmd_kind;
 
 /* A command. Only the fields its kind lists are encoded. After meta_decode, name and

@@ -211,4 +211,91 @@ int partition_read(struct lsm *engine, const partition_desc *p, const partition_
  * eventually consistent. Returned as a double because DynamoDB reports 0.5. */
 double partition_read_units(uint64_t bytes, bool consistent);
 
+/* ------------------------------------------------------------------ reads over the wire */
+/*
+ * In cluster mode a read may run on another node (the leader for strong reads, any
+ * replica for eventual ones). A partition_read_req carries C callbacks (filter, project),
+ * so it cannot travel as is. Instead:
+ *
+ *   coordinator: partition_read_req_encode(req)                 -> bytes
+ *   remote:      partition_read_req_decode(bytes) -> raw req; partition_read(raw req);
+ *                partition_read_res_encode(raw res)             -> bytes
+ *   coordinator: partition_read_res_decode(bytes) -> raw res;
+ *                partition_read_finish(req, raw res)            -> what partition_read(req)
+ *                                                                  would have returned
+ *
+ * A RAW read has no filter, no projection and no count_only: every item read is returned
+ * whole, with the same limit, page size, ExclusiveStartKey, LastEvaluatedKey,
+ * scanned_count and bytes_read. Because filters and projections never change which items
+ * are read (partition_read applies them after reading), finishing a raw result gives
+ * exactly the Count, ScannedCount, LastEvaluatedKey and items of the full request.
+ *
+ * Messages are proto/partition.proto's PartitionReadRequest / PartitionReadResult, items
+ * and keys in the item codec. Both decoders treat their input as hostile: anything
+ * malformed or out of bounds is ERR_CORRUPT, never a crash, whatever the bytes. The
+ * encoders refuse (ERR_INTERNAL) what the decoders would refuse, so a valid request is
+ * never lost on the way.
+ *
+ * What the request decoder cannot check: that table_id and ks are the table's. The
+ * remote node must compare them with its catalog before partition_read, which trusts
+ * ks to describe the stored items (a schema saying N for a stored S sort key makes it
+ * compare an S with an N, which is undefined).
+ *
+ * Bounds. A raw page reads items while less than max_bytes (<= 1 MB) has been read, so
+ * it holds at most 1 MB plus one item (400 KB) of items by item_size, and at most that
+ * many items (every stored item has a key, so item_size >= 2). On the wire an item of
+ * k attributes takes at most item_size + 3k + 4 bytes (codec tags and varints, protobuf
+ * framing), which is at most 4.5 x item_size (k <= item_size - 1; worst case a 1-byte
+ * name with a 1-byte S value: size 2, 9 bytes), hence the 5x wire bound below.
+ * Request values: keys (GET key, ExclusiveStartKey) within DynamoDB's key limits, key
+ * condition operands at most one item each.
+ */
+
+/* Most bytes_read (sum of item_size) a raw page can hold: 1 MB plus the item crossing it. */
+#define PARTITION_READ_PAGE_MAX ((uint64_t)PARTITION_PAGE_BYTES + ITEM_MAX_SIZE)
+/* Largest encoded PartitionReadResult / PartitionReadRequest accepted. */
+#define PARTITION_READ_RES_WIRE_MAX (5 * PARTITION_READ_PAGE_MAX + 64 * 1024)
+#define PARTITION_READ_REQ_WIRE_MAX (3 * (size_t)ITEM_MAX_SIZE + 64 * 1024)
+
+/* Appends the encoding of `req` WITHOUT its callbacks (filter, project, their ctx) and
+ * with count_only cleared: the raw read the remote node runs. Only the values the kind
+ * uses are sent (GET: key; QUERY: hash_value, sk1/sk2 as sk_op needs, start key; SCAN:
+ * start key). ERR_INTERNAL for a request the decoder would refuse (bad kind or schema,
+ * max_bytes over 1 MB, values of the wrong type or too large). */
+int partition_read_req_encode(const partition_read_req *req, buf *out, strata_err *err);
+
+/* Decodes a request into *out; every pointer (key, hash_value, sk1, sk2,
+ * exclusive_start_key, the NUL-terminated ks names) is allocated from `a`.
+ * filter/project/ctx are NULL, count_only false. Validates everything partition_read
+ * relies on: kind, key schema (types S/N/B, names 1..255 bytes and distinct), sk_op in
+ * range and consistent with the schema (no begins_with on N), operand types, exact key
+ * maps, max_bytes <= 1 MB, sizes. ERR_CORRUPT on anything malformed. */
+int partition_read_req_decode(const uint8_t *b, size_t len, arena *a, partition_read_req *out,
+                              strata_err *err);
+
+/* Appends the encoding of a read result (items with storage/data/codec.h's item
+ * encoding; `count` items when items != NULL, none otherwise). Meant for RAW results but
+ * accepts any partition_read output; ERR_INTERNAL if it breaks the bounds above. */
+int partition_read_res_encode(const partition_read_res *res, buf *out, strata_err *err);
+
+/* Decodes a result; items and last_evaluated_key are allocated from `a`. Checks the
+ * bounds above and that the counts agree (items none or `count`; count <= scanned_count
+ * <= bytes_read; found => one item): ERR_CORRUPT otherwise. */
+int partition_read_res_decode(const uint8_t *b, size_t len, arena *a, partition_read_res *out,
+                              strata_err *err);
+
+/* Turns a RAW result (of partition_read on `req` without filter, project, count_only)
+ * in place into what partition_read(req) returns for the full `req`:
+ *  - QUERY/SCAN: the filter runs on every item read, in order (Count); count_only drops
+ *    the items, otherwise the kept ones are projected; items is NULL when none is kept.
+ *  - GET: no filter and count_only does not apply (as in partition_read): a found item
+ *    is projected, count stays 1.
+ * scanned_count, last_evaluated_key, bytes_read and found are unchanged. New items come
+ * from `a`. First checks that `res` is a raw result for `req` (ERR_CORRUPT if not: item
+ * count == scanned_count == count, sum of item sizes == bytes_read, last_evaluated_key
+ * == the key of the last item). A filter or projection error is returned as is; *res is
+ * then unspecified. */
+int partition_read_finish(const partition_read_req *req, arena *a, partition_read_res *res,
+                          strata_err *err);
+
 #endif

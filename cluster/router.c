@@ -18,6 +18,7 @@
  * group's snapshot point (keep_from) up to lsm_durable_index().
  */
 #include "cluster/router.h"
+#include "cluster/router_internal.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -61,11 +62,14 @@ typedef struct read_job {
     struct read_job *next;
     uint32_t table_id;
     uint64_t partition_id;
-    router_read_fn fn;
+    const partition_read_req *req;
+    arena *arena;
+    router_read_cb cb;
     void *ctx;
 } read_job;
 
 struct router {
+    rcluster *cl; /* cluster mode: every call goes there (router_cluster.c) */
     uv_loop_t *loop;
     router_ops ops;
     char *region;
@@ -419,6 +423,8 @@ static int enqueue(router *r, job_kind kind, uint64_t group, uint64_t *next_inde
 int router_catalog_write(router *r, const uint8_t *rec, size_t len, router_cb cb, void *ctx,
                          strata_err *err)
 {
+    if (r->cl != NULL)
+        return rcluster_catalog_write(r->cl, rec, len, cb, ctx, err);
     return enqueue(r, JOB_CATALOG, ROUTER_CATALOG_GROUP, &r->catalog_next_index, rec, len, cb, ctx,
                    err);
 }
@@ -427,6 +433,8 @@ int router_write(router *r, uint32_t table_id, uint64_t hash, const uint8_t *cmd
                  router_cb cb, void *ctx, strata_err *err)
 {
     assert(cb != NULL);
+    if (r->cl != NULL)
+        return rcluster_write(r->cl, table_id, hash, cmd, len, cb, ctx, err);
     const partition_desc *p = router_partition_for_hash(r, table_id, hash);
     if (p == NULL)
         return strata_err_set(err, ERR_RESOURCE_NOT_FOUND, "Requested resource not found");
@@ -452,24 +460,29 @@ static void run_reads(uv_idle_t *h)
         r->inflight--;
         const partition_desc *p = find_partition(r, rj->partition_id);
         strata_err err;
+        partition_read_res res;
         if (r->closing) {
             strata_err_set(&err, ERR_UNAVAILABLE, "The server is shutting down");
-            rj->fn(rj->ctx, &err, NULL, NULL);
+            rj->cb(rj->ctx, &err, NULL);
         } else if (p == NULL || p->table_id != rj->table_id) {
             strata_err_set(&err, ERR_RESOURCE_NOT_FOUND, "Requested resource not found");
-            rj->fn(rj->ctx, &err, NULL, NULL);
+            rj->cb(rj->ctx, &err, NULL);
+        } else if (r->ops.read(r->engine, p, rj->req, rj->arena, &res, &err) < 0) {
+            rj->cb(rj->ctx, &err, NULL);
         } else {
-            rj->fn(rj->ctx, NULL, r->engine, p);
+            rj->cb(rj->ctx, NULL, &res);
         }
         free(rj);
     }
 }
 
-int router_read(router *r, uint32_t table_id, uint64_t partition_id, bool consistent,
-                router_read_fn fn, void *ctx, strata_err *err)
+int router_read(router *r, uint32_t table_id, uint64_t partition_id, const partition_read_req *req,
+                arena *a, router_read_cb cb, void *ctx, strata_err *err)
 {
-    (void)consistent; /* one replica: every read is strongly consistent */
-    assert(fn != NULL);
+    /* One replica: every read is strongly consistent. */
+    assert(cb != NULL && req != NULL && a != NULL);
+    if (r->cl != NULL)
+        return rcluster_read(r->cl, table_id, partition_id, req, a, cb, ctx, err);
     if (r->closing)
         return strata_err_set(err, ERR_UNAVAILABLE, "The server is shutting down");
     const partition_desc *p = find_partition(r, partition_id);
@@ -480,7 +493,9 @@ int router_read(router *r, uint32_t table_id, uint64_t partition_id, bool consis
         return strata_err_set(err, ERR_NOMEM, "out of memory");
     rj->table_id = table_id;
     rj->partition_id = partition_id;
-    rj->fn = fn;
+    rj->req = req;
+    rj->arena = a;
+    rj->cb = cb;
     rj->ctx = ctx;
     if (r->reads_tail != NULL)
         r->reads_tail->next = rj;
@@ -496,13 +511,13 @@ int router_read(router *r, uint32_t table_id, uint64_t partition_id, bool consis
 
 const catalog *router_catalog(const router *r)
 {
-    return r->cat;
+    return r->cl != NULL ? rcluster_catalog(r->cl) : r->cat;
 }
 
 int router_table_partitions(const router *r, uint32_t table_id, const partition_desc **parts,
                             size_t *n, strata_err *err)
 {
-    const table_info *t = catalog_find_id(r->cat, table_id);
+    const table_info *t = catalog_find_id(router_catalog(r), table_id);
     if (t == NULL)
         return strata_err_set(err, ERR_RESOURCE_NOT_FOUND, "Requested resource not found");
     *parts = t->partitions;
@@ -512,12 +527,14 @@ int router_table_partitions(const router *r, uint32_t table_id, const partition_
 
 const partition_desc *router_partition_for_hash(const router *r, uint32_t table_id, uint64_t hash)
 {
-    const table_info *t = catalog_find_id(r->cat, table_id);
+    const table_info *t = catalog_find_id(router_catalog(r), table_id);
     return t != NULL ? catalog_partition_for_hash(t, hash) : NULL;
 }
 
 partition_stats router_table_stats(const router *r, uint32_t table_id)
 {
+    if (r->cl != NULL)
+        return rcluster_table_stats(r->cl, table_id);
     partition_stats sum = {0, 0};
     const table_info *t = catalog_find_id(r->cat, table_id);
     for (size_t i = 0; t != NULL && i < t->n_partitions; i++) {
@@ -537,7 +554,20 @@ const char *router_region(const router *r)
 
 size_t router_inflight(const router *r)
 {
-    return r->inflight;
+    return r->cl != NULL ? rcluster_inflight(r->cl) : r->inflight;
+}
+
+bool router_ready(const router *r)
+{
+    return r->cl == NULL || rcluster_ready(r->cl);
+}
+
+void router_status_json(router *r, buf *out)
+{
+    if (r->cl != NULL)
+        rcluster_status_json(r->cl, out);
+    else
+        buf_printf(out, "{\"node_id\":0,\"ready\":true,\"mode\":\"single\"}");
 }
 
 /* ---- log compaction ---- */
@@ -788,6 +818,20 @@ router *router_open(const router_config *cfg, strata_err *err)
     }
     r->loop = cfg->loop;
     r->ops = cfg->ops;
+    if (cfg->cluster != NULL) {
+        r->region = strdup(cfg->region ? cfg->region : "us-east-1");
+        r->cl = r->region != NULL ? rcluster_open(cfg, err) : NULL;
+        if (r->cl == NULL) {
+            if (r->region == NULL)
+                strata_err_set(err, ERR_NOMEM, "out of memory");
+            free(r->region);
+            free(r);
+            return NULL;
+        }
+        return r;
+    }
+    if (r->ops.read == NULL)
+        r->ops.read = partition_read;
     r->region = strdup(cfg->region ? cfg->region : "us-east-1");
     r->cat = catalog_new();
     r->batch = lsm_batch_new();
@@ -830,6 +874,12 @@ void router_close(router *r)
 {
     if (r == NULL)
         return;
+    if (r->cl != NULL) {
+        rcluster_close(r->cl);
+        free(r->region);
+        free(r);
+        return;
+    }
     r->closing = true;
     bool handles = r->read_idle.data == r;
     if (handles) {

@@ -64,11 +64,14 @@ typedef struct {
  *   appends the result bytes to `result`; -1 only when the engine fails.
  * result_stats (may be NULL): the change of the partition's item count and size caused
  *   by a command, from its result bytes (for ItemCount / TableSizeBytes).
+ * read (may be NULL: partition_read): runs a read on the local engine.
  */
 typedef struct {
     int (*apply)(struct lsm *engine, const partition_desc *p, const uint8_t *cmd, size_t cmd_len,
                  uint64_t log_index, buf *result, strata_err *err);
     void (*result_stats)(const uint8_t *result, size_t len, partition_stats *delta);
+    int (*read)(struct lsm *engine, const partition_desc *p, const partition_read_req *req, arena *a,
+                partition_read_res *res, strata_err *err);
 } router_ops;
 
 /*
@@ -83,19 +86,60 @@ typedef void (*router_cb)(void *ctx, const strata_err *err, const uint8_t *resul
                           size_t result_len);
 
 /*
- * A read, run on the loop thread on the node holding the partition. `err` is NULL and
- * `engine`/`p` are set: call partition_read(engine, p, ...) synchronously inside the
- * callback (do not keep engine or p afterwards). Or `err` is set (table gone, router
- * closing) and engine/p are NULL.
+ * The outcome of a read: `err` is NULL and `res` holds what partition_read() returns for
+ * the request (allocated from the caller's arena), or `err` says why not (table gone,
+ * router closing, no replica reachable) and `res` is NULL. Valid during the call only
+ * (the arena's memory stays the caller's).
  */
-typedef void (*router_read_fn)(void *ctx, const strata_err *err, struct lsm *engine,
-                               const partition_desc *p);
+typedef void (*router_read_cb)(void *ctx, const strata_err *err, partition_read_res *res);
 
 typedef struct router router;
+
+/*
+ * Cluster mode (router_config.cluster != NULL; cluster/router_cluster.c). The node runs
+ * one Raft host: group 0 is the meta service (the cluster map: nodes, tables and their
+ * catalog records, partitions with their three replicas), every other group is one
+ * partition's replica set. Every group's log lives in the node's one WAL (group commit);
+ * every group's messages to a peer go over one rpc connection.
+ *
+ * Forming a cluster: the node started with `bootstrap` collects join requests until
+ * `bootstrap_expect` nodes (itself included) are known, then all of them start the meta
+ * group with those voters. A node started with `join` asks those addresses until it is
+ * told the meta members; nodes beyond the meta voters follow the map by fetching it.
+ * Each node then registers itself (address, AZ, host) through the meta leader. The map
+ * of who the meta voters are is kept in DATA_DIR/cluster, so a restart needs neither
+ * flag.
+ *
+ * Routing: a write goes to the partition leader (retried on another replica while no
+ * replica has accepted it, within a deadline); an outcome that may or may not have been
+ * committed (leader lost, connection broken) is ERR_UNAVAILABLE, never retried. A strong
+ * read goes to the leader, which confirms its leadership (read barrier) first; an
+ * eventual read is served by this node when it holds an up-to-date replica, else by
+ * the replicas in turn. Table changes (router_catalog_write) go through the meta group;
+ * the callback runs once this node's copy of the map holds the change.
+ */
+typedef struct {
+    uint64_t node_id;              /* > 0 */
+    const char *az;                /* availability zone label */
+    const char *host_label;        /* the machine: no two replicas share one */
+    const char *client_addr;       /* advertised HOST:PORT of the DynamoDB API */
+    const char *peer_listen_host;  /* peer (rpc) listen address */
+    int peer_listen_port;
+    const char *peer_addr;         /* advertised HOST:PORT of the peer port */
+    bool bootstrap;                /* form a new cluster */
+    int bootstrap_expect;          /* meta voters to wait for (3 or 5; 0 = 3) */
+    const char *const *join;       /* HOST:PORT peer addresses of members */
+    size_t n_join;
+    const char *cluster_name;      /* checked in every connection's handshake; NULL = "strata" */
+    unsigned election_timeout_ms;  /* 0 = 1000 */
+    unsigned heartbeat_timeout_ms; /* 0 = 100 */
+    size_t memtable_bytes;         /* engine memtable bytes; 0 = the engine's default */
+} router_cluster_config;
 
 typedef struct {
     uv_loop_t *loop;
     const char *data_dir;      /* the engine and the log live under it */
+    const router_cluster_config *cluster; /* NULL: one node serves every partition */
     router_ops ops;            /* the partition state machine */
     const char *region;        /* for ARNs; "us-east-1" if NULL */
     uint64_t wal_segment_size; /* log segment bytes; 0 = the log's default (64 MiB) */
@@ -139,15 +183,19 @@ int router_write(router *r, uint32_t table_id, uint64_t hash, const uint8_t *cmd
                  router_cb cb, void *ctx, strata_err *err);
 
 /*
- * Schedules a read of partition `partition_id` of table `table_id` (find it with
- * router_partition_for_hash or router_table_partitions): `fn` is called exactly once,
- * later, from the event loop, never from inside router_read. `consistent` asks for a
- * strongly consistent read (always the case on one node). Returns -1 with `err` (fn
- * never called) when the table or partition does not exist (ERR_RESOURCE_NOT_FOUND)
- * or the router is closing (ERR_UNAVAILABLE).
+ * Schedules `req` (partition_read's request, cluster/partition.h) on partition
+ * `partition_id` of table `table_id` (find it with router_partition_for_hash or
+ * router_table_partitions): `cb` is called exactly once, later, from the event loop,
+ * never from inside router_read. req->consistent asks for a strongly consistent read
+ * (the leader confirms it still leads first); otherwise any replica answers. `req` and
+ * everything it points to must stay valid until `cb`; the result is allocated from `a`.
+ * The request's filter and projection callbacks always run on this node (a replica on
+ * another node reads raw items and this node finishes them: partition_read_finish).
+ * Returns -1 with `err` (cb never called) when the table or partition does not exist
+ * (ERR_RESOURCE_NOT_FOUND) or the router is closing (ERR_UNAVAILABLE).
  */
-int router_read(router *r, uint32_t table_id, uint64_t partition_id, bool consistent,
-                router_read_fn fn, void *ctx, strata_err *err);
+int router_read(router *r, uint32_t table_id, uint64_t partition_id, const partition_read_req *req,
+                arena *a, router_read_cb cb, void *ctx, strata_err *err);
 
 /* Fan-out helpers. The returned pointers stay valid until the next catalog change,
  * which only happens from a callback: do not keep them across callbacks, keep ids. */
@@ -165,5 +213,14 @@ const char *router_region(const router *r);
 
 /* Counts of operations in flight (for tests and shutdown). */
 size_t router_inflight(const router *r);
+
+/* True once the node can serve requests: always on one node; in a cluster, once this
+ * node knows the cluster map and is registered in it. */
+bool router_ready(const router *r);
+
+/* Appends the node's view of the cluster as a JSON object (GET /admin/cluster):
+ * {"node_id", "ready", "meta_leader", "nodes": [...], "partitions": [...]}; see the
+ * README's Cluster section. On one node: {"node_id":0,"ready":true,"mode":"single"}. */
+void router_status_json(router *r, buf *out);
 
 #endif

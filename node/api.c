@@ -365,6 +365,21 @@ static void health(http_request *http, api_server *s)
     send_answer(http, id, 200, ok, sizeof ok - 1);
 }
 
+/* GET /admin/cluster: the node's view of the cluster (router_status_json). */
+static void cluster_status(http_request *http, api_server *s)
+{
+    char id[53];
+    make_request_id(s, id);
+    buf b;
+    buf_init(&b, 0);
+    router_status_json(s->router, &b);
+    if (b.failed)
+        send_error(http, id, ERR_NOMEM, "out of memory", NULL);
+    else
+        send_answer(http, id, 200, (const char *)b.data, b.len);
+    buf_free(&b);
+}
+
 static bool content_type_ok(const char *ct)
 {
     if (ct == NULL)
@@ -458,6 +473,10 @@ void api_handle(http_request *http, void *data)
             health(http, s);
             return;
         }
+        if (strcmp(path, "/admin/cluster") == 0) {
+            cluster_status(http, s);
+            return;
+        }
         char id[53];
         make_request_id(s, id);
         send_error(http, id, ERR_UNKNOWN_OPERATION, NULL, NULL);
@@ -505,6 +524,12 @@ void api_handle(http_request *http, void *data)
     if (api_check_authorization(auth, has_date, auth_msg, sizeof auth_msg) < 0) {
         json_decref(obj);
         send_error(http, id, ERR_INCOMPLETE_SIGNATURE, auth_msg, NULL);
+        return;
+    }
+    if (!router_ready(s->router)) {
+        json_decref(obj);
+        send_error(http, id, ERR_UNAVAILABLE,
+                   "The node has not joined its cluster yet; retry shortly", NULL);
         return;
     }
     /* An empty body, or JSON that is not an object, cannot be the operation's input. */

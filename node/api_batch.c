@@ -106,6 +106,7 @@ typedef struct {
     batch_get *b;
     get_table *t;
     const av *key;
+    partition_read_req rr; /* the table's request for this key; lives until the read ends */
 } get_key;
 
 struct batch_get {
@@ -152,7 +153,7 @@ static void get_finish(batch_get *b)
     api_respond_json(req, out);
 }
 
-static void get_one(void *arg, const strata_err *err, struct lsm *engine, const partition_desc *p)
+static void get_one(void *arg, const strata_err *err, partition_read_res *resp)
 {
     get_key *k = arg;
     batch_get *b = k->b;
@@ -161,14 +162,8 @@ static void get_one(void *arg, const strata_err *err, struct lsm *engine, const 
         if (b->err.code == ERR_NONE)
             b->err = *err;
     } else {
-        partition_read_req rr = t->rr;
-        rr.key = k->key;
-        partition_read_res res;
-        strata_err e;
-        if (partition_read(engine, p, &rr, b->req->arena, &res, &e) < 0) {
-            if (b->err.code == ERR_NONE)
-                b->err = e;
-        } else if (b->bytes + res.bytes_read > BATCH_RESPONSE_MAX) {
+        const partition_read_res res = *resp;
+        if (b->bytes + res.bytes_read > BATCH_RESPONSE_MAX) {
             /* The response would pass 16 MB: the caller asks again for the rest. */
             if (t->unprocessed == NULL)
                 t->unprocessed = json_array();
@@ -311,7 +306,8 @@ void api_batch_get_item(api_request *req)
                 strata_err_set(&err, ERR_RESOURCE_NOT_FOUND, "Requested resource not found");
                 goto fail;
             }
-            keys[n] = (get_key){.b = b, .t = gt, .key = key};
+            keys[n] = (get_key){.b = b, .t = gt, .key = key, .rr = gt->rr};
+            keys[n].rr.key = key;
             part_ids[n] = p->id;
             n++;
         }
@@ -323,7 +319,7 @@ void api_batch_get_item(api_request *req)
     b->pending = n + 1;
     for (size_t i = 0; i < n; i++) {
         strata_err e;
-        if (router_read(req->router, keys[i].t->table_id, part_ids[i], keys[i].t->consistent,
+        if (router_read(req->router, keys[i].t->table_id, part_ids[i], &keys[i].rr, req->arena,
                         get_one, &keys[i], &e) < 0) {
             if (b->err.code == ERR_NONE)
                 b->err = e;

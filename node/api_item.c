@@ -668,7 +668,7 @@ typedef struct {
     partition_read_req rr;
 } get_ctx;
 
-static void get_run(void *arg, const strata_err *err, struct lsm *engine, const partition_desc *p)
+static void get_done(void *arg, const strata_err *err, partition_read_res *res)
 {
     get_ctx *g = arg;
     api_request *req = g->req;
@@ -676,15 +676,9 @@ static void get_run(void *arg, const strata_err *err, struct lsm *engine, const 
         api_respond_err(req, err);
         return;
     }
-    partition_read_res res;
-    strata_err e;
-    if (partition_read(engine, p, &g->rr, req->arena, &res, &e) < 0) {
-        api_respond_err(req, &e);
-        return;
-    }
     json_t *cc =
-        items_consumed_json(g->rcc, g->table, partition_read_units(res.bytes_read, g->consistent));
-    respond_item(req, "Item", res.found ? &res.items[0] : NULL, cc);
+        items_consumed_json(g->rcc, g->table, partition_read_units(res->bytes_read, g->consistent));
+    respond_item(req, "Item", res->found ? &res->items[0] : NULL, cc);
 }
 
 void api_get_item(api_request *req)
@@ -734,7 +728,7 @@ void api_get_item(api_request *req)
         strata_err_set(&err, ERR_RESOURCE_NOT_FOUND, "Requested resource not found");
         goto fail;
     }
-    if (router_read(req->router, t->schema.table_id, p->id, g->consistent, get_run, g, &err) < 0)
+    if (router_read(req->router, t->schema.table_id, p->id, &g->rr, req->arena, get_done, g, &err) < 0)
         goto fail;
     return;
 fail:

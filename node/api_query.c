@@ -117,32 +117,23 @@ static void fail(read_ctx *c, const strata_err *err)
 
 static void read_next(read_ctx *c);
 
-static void read_run(void *arg, const strata_err *err, struct lsm *engine, const partition_desc *p)
+static void read_done(void *arg, const strata_err *err, partition_read_res *res)
 {
     read_ctx *c = arg;
     if (err != NULL) {
         fail(c, err);
         return;
     }
-    partition_read_res res;
-    strata_err e;
-    /* This partition gets what is left of the page's Limit and 1 MB. */
-    c->rr.limit = c->limit ? c->limit - c->scanned : 0;
-    c->rr.max_bytes = PARTITION_PAGE_BYTES - c->bytes;
-    if (partition_read(engine, p, &c->rr, c->req->arena, &res, &e) < 0) {
-        fail(c, &e);
-        return;
-    }
-    for (uint32_t i = 0; i < res.count && !c->rr.count_only; i++) {
+    for (uint32_t i = 0; i < res->count && !c->rr.count_only; i++) {
         if (c->items.len)
             buf_put_u8(&c->items, ',');
-        ddbjson_write_item(&res.items[i], &c->items);
+        ddbjson_write_item(&res->items[i], &c->items);
     }
-    c->count += res.count;
-    c->scanned += res.scanned_count;
-    c->bytes += res.bytes_read;
-    if (res.last_evaluated_key) {
-        c->lek = res.last_evaluated_key;
+    c->count += res->count;
+    c->scanned += res->scanned_count;
+    c->bytes += res->bytes_read;
+    if (res->last_evaluated_key) {
+        c->lek = res->last_evaluated_key;
         finish(c);
         return;
     }
@@ -158,7 +149,10 @@ static void read_next(read_ctx *c)
 {
     strata_err err;
     uint64_t id = c->parts[c->next++];
-    if (router_read(c->req->router, c->table_id, id, c->consistent, read_run, c, &err) < 0)
+    /* This partition gets what is left of the page's Limit and 1 MB. */
+    c->rr.limit = c->limit ? c->limit - c->scanned : 0;
+    c->rr.max_bytes = PARTITION_PAGE_BYTES - c->bytes;
+    if (router_read(c->req->router, c->table_id, id, &c->rr, c->req->arena, read_done, c, &err) < 0)
         fail(c, &err);
 }
 

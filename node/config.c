@@ -22,6 +22,7 @@ static const char *const key_names[CFG_KEY_COUNT] = {
     [CFG_PEER_ADVERTISE] = "peer_advertise",
     [CFG_JOIN] = "join",
     [CFG_BOOTSTRAP] = "bootstrap",
+    [CFG_BOOTSTRAP_EXPECT] = "bootstrap_expect",
     [CFG_INITIAL_PARTITIONS] = "initial_partitions",
     [CFG_REGION] = "region",
     [CFG_LOG_LEVEL] = "log_level",
@@ -45,6 +46,7 @@ bool config_is_cluster_key(config_key k)
     case CFG_PEER_ADVERTISE:
     case CFG_JOIN:
     case CFG_BOOTSTRAP:
+    case CFG_BOOTSTRAP_EXPECT:
         return true;
     default:
         return false;
@@ -83,6 +85,7 @@ void config_usage(FILE *f)
                "  cluster:     [--node-id N] [--az NAME] [--host-label NAME]\n"
                "               [--peer-listen HOST:PORT] [--advertise HOST:PORT]\n"
                "               [--peer-advertise HOST:PORT] [--join HOST:PORT,...] [--bootstrap]\n"
+               "               [--bootstrap-expect N]\n"
                "Every flag is also a key of the --config file (node_id = 1); flags win.\n"
                "See deploy/strata.conf.sample.\n");
 }
@@ -324,6 +327,11 @@ static int set_key(stratad_config *cfg, config_key k, const char *v, char *why, 
         return parse_join(v, cfg, why, why_cap);
     case CFG_BOOTSTRAP:
         return parse_bool(v, &cfg->bootstrap, why, why_cap);
+    case CFG_BOOTSTRAP_EXPECT:
+        if (parse_uint(v, 1, 5, &n, why, why_cap) < 0)
+            return -1;
+        cfg->bootstrap_expect = (int)n;
+        return 0;
     case CFG_INITIAL_PARTITIONS:
         if (parse_uint(v, 1, 256, &n, why, why_cap) < 0)
             return -1;
@@ -355,6 +363,7 @@ void config_defaults(stratad_config *cfg)
     strcpy(cfg->listen.host, "127.0.0.1");
     cfg->listen.port = 8000;
     cfg->initial_partitions = 4;
+    cfg->bootstrap_expect = 3;
     cfg->level = LOG_INFO;
     strcpy(cfg->region, "us-east-1");
 }
@@ -753,6 +762,10 @@ static void print_key(FILE *f, const stratad_config *cfg, config_key k)
         fprintf(f, "# %s = false\n", key_names[k]);
         return;
     }
+    if (k == CFG_BOOTSTRAP_EXPECT && cfg->source[k] == 0) {
+        fprintf(f, "# %s = %d (default)\n", key_names[k], cfg->bootstrap_expect);
+        return;
+    }
     if (unset) {
         fprintf(f, "# %s = (not set)\n", key_names[k]);
         return;
@@ -792,6 +805,9 @@ static void print_key(FILE *f, const stratad_config *cfg, config_key k)
         break;
     case CFG_BOOTSTRAP:
         fputs(cfg->bootstrap ? "true" : "false", f);
+        break;
+    case CFG_BOOTSTRAP_EXPECT:
+        fprintf(f, "%d", cfg->bootstrap_expect);
         break;
     case CFG_INITIAL_PARTITIONS:
         fprintf(f, "%d", cfg->initial_partitions);

@@ -15,13 +15,13 @@
  *   peer_advertise     peer address others use; default: peer_listen              (cluster)
  *   join               peers to join, comma-separated HOST:PORT list (at most 32) (cluster)
  *   bootstrap          true for the first node of a new cluster (no join)         (cluster)
+ *   bootstrap_expect   meta voters the bootstrap node waits for, 1..5 (default 3)  (cluster)
  *   initial_partitions partitions of a new table, 1..256 (default 4)
  *   region             region in ARNs, [A-Za-z0-9-]{1,63} (default us-east-1)
  *   log_level          error | warn | info | debug (default info)
  * Flags only: --config FILE, --print-config, --help.
  *
- * Cluster settings are validated but not used yet (stratad serves single-node). Once one is
- * given the node is configured for a cluster, and then node_id, az, peer_listen and exactly
+ * Once a cluster setting is given the node is configured for a cluster, and then node_id, az, peer_listen and exactly
  * one of join / bootstrap are required; an advertise address is required when its listen
  * address is a wildcard (0.0.0.0, ::) or has port 0. Advertised and joined addresses must be
  * dialable: a non-wildcard host and a port in 1..65535.
@@ -52,6 +52,7 @@ typedef enum {
     CFG_PEER_ADVERTISE,
     CFG_JOIN,
     CFG_BOOTSTRAP,
+    CFG_BOOTSTRAP_EXPECT,
     CFG_INITIAL_PARTITIONS,
     CFG_REGION,
     CFG_LOG_LEVEL,
@@ -78,6 +79,7 @@ typedef struct {
     config_addr join[CONFIG_JOIN_MAX];
     int join_count;
     bool bootstrap;
+    int bootstrap_expect;
     int initial_partitions;
     log_level level;
     char region[64];

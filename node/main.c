@@ -28,10 +28,57 @@ static void result_stats(const uint8_t *result, size_t len, partition_stats *del
     partition_result_delta(result, len, &delta->item_count, &delta->size_bytes);
 }
 
+/* The router's cluster configuration, with the strings it points to. */
+typedef struct {
+    router_cluster_config rc;
+    char client[300], peer[300];
+    char join_text[CONFIG_JOIN_MAX][300];
+    const char *join[CONFIG_JOIN_MAX];
+} cluster_settings;
+
+static void addr_text(char *out, size_t cap, const config_addr *a)
+{
+    if (strchr(a->host, ':') != NULL)
+        snprintf(out, cap, "[%s]:%d", a->host, a->port);
+    else
+        snprintf(out, cap, "%s:%d", a->host, a->port);
+}
+
+static void cluster_settings_fill(cluster_settings *cs, const stratad_config *cfg)
+{
+    memset(cs, 0, sizeof *cs);
+    addr_text(cs->client, sizeof cs->client, &cfg->advertise);
+    addr_text(cs->peer, sizeof cs->peer, &cfg->peer_advertise);
+    for (int i = 0; i < cfg->join_count; i++) {
+        addr_text(cs->join_text[i], sizeof cs->join_text[i], &cfg->join[i]);
+        cs->join[i] = cs->join_text[i];
+    }
+    cs->rc = (router_cluster_config){
+        .node_id = cfg->node_id,
+        .az = cfg->az,
+        .host_label = cfg->host_label,
+        .client_addr = cs->client,
+        .peer_listen_host = cfg->peer_listen.host,
+        .peer_listen_port = cfg->peer_listen.port,
+        .peer_addr = cs->peer,
+        .bootstrap = cfg->bootstrap,
+        .bootstrap_expect = cfg->bootstrap_expect,
+        .join = cs->join,
+        .n_join = (size_t)cfg->join_count,
+    };
+    /* A knob for tests: small memtables make the engine flush, and logs compact, early. */
+    const char *mt = getenv("STRATA_MEMTABLE_BYTES");
+    if (mt != NULL)
+        cs->rc.memtable_bytes = (size_t)strtoull(mt, NULL, 10);
+}
+
 static void on_http_stopped(void *data)
 {
     node *n = data;
     n->http = NULL;
+    /* In a cluster the router's own handles (peer connections, Raft timers) keep the loop
+     * alive: stop it here, router_close finishes their work. */
+    uv_stop(n->loop);
 }
 
 static void on_signal(uv_signal_t *h, int signum)
@@ -65,14 +112,6 @@ int main(int argc, char **argv)
         config_print(&cfg, stdout);
         return 0;
     }
-    if (config_cluster_mode(&cfg)) {
-        char keys[256];
-        config_cluster_keys_given(&cfg, keys, sizeof keys);
-        fprintf(stderr,
-                "stratad: cluster mode is not implemented yet; serving single-node, "
-                "ignoring %s\n",
-                keys);
-    }
     signal(SIGPIPE, SIG_IGN);
 
     node n = {0};
@@ -80,9 +119,14 @@ int main(int argc, char **argv)
     router_config rc = {
         .loop = n.loop,
         .data_dir = cfg.data_dir,
-        .ops = {.apply = partition_apply, .result_stats = result_stats},
+        .ops = {.apply = partition_apply, .result_stats = result_stats, .read = partition_read},
         .region = cfg.region,
     };
+    cluster_settings cs;
+    if (config_cluster_mode(&cfg)) {
+        cluster_settings_fill(&cs, &cfg);
+        rc.cluster = &cs.rc;
+    }
     router *r = router_open(&rc, &err);
     if (r == NULL) {
         fprintf(stderr, "stratad: cannot open %s: %s: %s\n", cfg.data_dir,
@@ -137,6 +181,9 @@ int main(int argc, char **argv)
     if (cfg.level >= LOG_INFO)
         fprintf(stderr, "stratad: data in %s, %d partitions per new table\n", cfg.data_dir,
                 cfg.initial_partitions);
+    if (rc.cluster != NULL && cfg.level >= LOG_INFO)
+        fprintf(stderr, "stratad: node %llu in AZ %s on host %s, peers on %s\n",
+                (unsigned long long)cfg.node_id, cfg.az, cfg.host_label, cs.peer);
     printf("stratad: serving on http://%s:%d\n", cfg.listen.host, port);
     fflush(stdout);
 

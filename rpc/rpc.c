@@ -567,7 +567,8 @@ static void handshake_done(conn *c, uint64_t node)
 {
     rpc *r = c->r;
     c->hello_seen = true;
-    c->remote_node = node;
+    /* A seed's connection keeps the seed id: its calls and stats are under that id. */
+    c->remote_node = c->peer != NULL && c->peer->node_id >= RPC_SEED_ID_MIN ? c->peer->node_id : node;
     rpc_decoder_set_max(&c->dec, r->max_frame);
     uv_timer_stop(&c->timer);
     if (c->peer == NULL)
@@ -595,7 +596,8 @@ static void on_hello(conn *c, const rpc_frame *f)
         bad = "foreign cluster";
     else if (h->node_id == 0 || h->node_id == r->node_id)
         bad = "bad node id";
-    else if (c->peer != NULL && h->node_id != c->peer->node_id)
+    else if (c->peer != NULL && h->node_id != c->peer->node_id &&
+             c->peer->node_id < RPC_SEED_ID_MIN)
         bad = "unexpected node id";
     uint64_t node = h != NULL ? h->node_id : 0;
     if (h != NULL)

@@ -47,6 +47,11 @@
 #define RPC_PROTOCOL_VERSION 1
 #define RPC_CLUSTER_ID_MAX   128
 #define RPC_HOST_MAX         64
+/* Peer ids from RPC_SEED_ID_MIN up name "seeds": addresses whose node id is not known
+ * yet (a node joining a cluster knows only addresses). The handshake of a seed accepts
+ * any node id of the same cluster, and everything on that connection stays under the
+ * seed id. Real node ids must stay below it. */
+#define RPC_SEED_ID_MIN ((UINT64_C(1) << 63) + 1)
 
 typedef struct rpc rpc;
 typedef struct rpc_responder rpc_responder;

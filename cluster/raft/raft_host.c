@@ -54,6 +54,31 @@ typedef struct group {
     struct raft raft;
     bool failed;
     bool applying;
+    bool apply_blocked; /* the fsm answered RAFT_HOST_APPLY_BUSY: wait for apply_resume */
+    bool stopped;       /* removed by raft_host_stop_group: a shell kept until its storage
+                           completions in flight have arrived (they must not touch freed memory) */
+    struct group *next_zombie;
+    /* The last snapshot point (compaction, install or load): what an InstallSnapshot
+     * message describes. snap_conf is the configuration at snap_conf_index, encoded. */
+    uint64_t snap_index;
+    uint64_t snap_term;
+    uint64_t snap_conf_index;
+    uint8_t *snap_conf;
+    size_t snap_conf_len;
+    unsigned snap_writes; /* set_snapshot calls in flight (the shell must outlive them) */
+    /* An install from the leader: the core's metadata (its configuration is ours until
+     * handed back with RAFT_PERSISTED_SNAPSHOT), the out-of-band copy's token (0 when
+     * none is outstanding) and when to retry a failed copy (0 = no retry pending). */
+    bool installing;
+    bool install_begin; /* set by the step that started it: fsm.install is called after */
+    struct raft_snapshot_metadata inst;
+    uint64_t install_from;
+    uint64_t install_token;
+    uint64_t install_retry_at;
+    uint64_t install_applied;
+    uint8_t *inst_conf; /* inst.configuration encoded, for the snapshot point */
+    size_t inst_conf_len;
+    uint64_t installs;
     log_entry *log; /* entries log_first .. log_first + log_n - 1 */
     size_t log_n;
     size_t log_cap;
@@ -84,6 +109,9 @@ struct raft_host {
     size_t ngroups;
     uint64_t armed; /* deadline last passed to clock.arm; UINT64_MAX = none */
     bool ticking;
+    unsigned depth;      /* > 0 while the host runs (and may be calling back into user code) */
+    group *zombies;      /* stopped groups waiting for their storage completions */
+    uint64_t next_token; /* install tokens: unique per host */
 };
 
 /* ---- group table ---- */
@@ -131,6 +159,25 @@ static int insert_group(raft_host *h, group *g)
         }
     h->ngroups++;
     return 0;
+}
+
+/* Removes g from the table; the entries after it in its probe run are re-placed so
+ * that lookups never stop early at the hole. */
+static void remove_group(raft_host *h, group *g)
+{
+    size_t mask = h->nslots - 1, i = slot_of(h, g->id);
+    while (h->slots[i] != g)
+        i = (i + 1) & mask;
+    h->slots[i] = NULL;
+    h->ngroups--;
+    for (size_t j = (i + 1) & mask; h->slots[j] != NULL; j = (j + 1) & mask) {
+        group *m = h->slots[j];
+        h->slots[j] = NULL;
+        size_t k = slot_of(h, m->id);
+        while (h->slots[k] != NULL)
+            k = (k + 1) & mask;
+        h->slots[k] = m;
+    }
 }
 
 /* ---- helpers ---- */
@@ -278,6 +325,11 @@ static void rearm(raft_host *h, uint64_t deadline)
 static void process_update(group *g, struct raft_update *up);
 static void apply_committed(group *g);
 static void deliver_deferred(group *g);
+static void install_call(group *g);
+static int install_adopt(group *g, uint64_t applied, strata_err *err);
+static uint64_t group_deadline(const group *g);
+static void install_from_update(group *g, struct raft_update *up);
+static int fill_install_snapshot(group *g, struct raft_message *m);
 
 static int group_step(group *g, struct raft_event *ev)
 {
@@ -296,10 +348,16 @@ static int group_step(group *g, struct raft_event *ev)
         return -1;
     }
     process_update(g, &up);
+    /* After the update is fully handled (the core's message batch is reused by any
+     * later step): install() may complete at once and step again. */
+    if (g->install_begin && !g->failed) {
+        g->install_begin = false;
+        install_call(g);
+    }
     deliver_deferred(g);
     apply_committed(g);
     if (!g->failed) {
-        g->deadline = raft_timeout(&g->raft);
+        g->deadline = group_deadline(g);
         rearm(g->h, g->deadline);
     }
     return 0;
@@ -325,14 +383,23 @@ static void flush_out(group *g)
     }
 }
 
+static void zombie_reap(group *g);
+
 static void tv_done(void *data, int status)
 {
     group *g = data;
+    raft_host *h = g->h;
     assert(g->tv_pending > 0);
     g->tv_pending--;
+    if (g->stopped) {
+        zombie_reap(g);
+        return;
+    }
+    h->depth++;
     if (status != 0)
         group_fail(g, ERR_IO, "term/vote write failed");
     flush_out(g);
+    h->depth--;
 }
 
 static void persisted(group *g, uint64_t index)
@@ -359,10 +426,13 @@ static void deliver_deferred(group *g)
         persisted(g, idx);
 }
 
+static void append_done_in(group *g, uint64_t first, uint64_t last, int status);
+
 static void append_done(void *data, int status)
 {
     append_req *r = data;
     group *g = r->g;
+    raft_host *h = g->h;
     if (r->prev != NULL)
         r->prev->next = r->next;
     else
@@ -371,6 +441,17 @@ static void append_done(void *data, int status)
         r->next->prev = r->prev;
     uint64_t first = r->first, last = r->last;
     free(r);
+    if (g->stopped) {
+        zombie_reap(g);
+        return;
+    }
+    h->depth++;
+    append_done_in(g, first, last, status);
+    h->depth--;
+}
+
+static void append_done_in(group *g, uint64_t first, uint64_t last, int status)
+{
     if (g->failed)
         return;
     if (status != 0) {
@@ -476,8 +557,8 @@ static void send_messages(group *g, struct raft_update *up)
         raft_host_entry *v = NULL;
         uint8_t *buf;
         size_t len;
-        if (m->type == RAFT_INSTALL_SNAPSHOT)
-            continue; /* never produced: no snapshots (see raft_host.h) */
+        if (m->type == RAFT_INSTALL_SNAPSHOT && fill_install_snapshot(g, m) != 0)
+            continue; /* dropped: the leader retries after install_snapshot_timeout */
         if (m->type == RAFT_APPEND_ENTRIES && m->append_entries.n_entries > 0) {
             v = log_view(g, m->append_entries.prev_log_index + 1, m->append_entries.n_entries);
             if (v == NULL)
@@ -485,6 +566,8 @@ static void send_messages(group *g, struct raft_update *up)
         }
         if (raft_msg_encode(g->id, h->cfg.node_id, m, v, &buf, &len, NULL) == 0)
             queue_or_send(g, m->server_id, buf, len);
+        if (m->type == RAFT_INSTALL_SNAPSHOT)
+            raft_configuration_close(&m->install_snapshot.conf);
         free(v);
     }
 }
@@ -506,7 +589,7 @@ static void process_update(group *g, struct raft_update *up)
     if (up->flags & RAFT_UPDATE_ENTRIES)
         persist_entries(g, up);
     if (up->flags & RAFT_UPDATE_SNAPSHOT)
-        group_fail(g, ERR_INTERNAL, "snapshot install not supported yet");
+        install_from_update(g, up);
     if (g->failed)
         return;
     if (up->flags & RAFT_UPDATE_MESSAGES)
@@ -573,9 +656,16 @@ static int apply_one(group *g, uint64_t index, log_entry *le)
     void *res = NULL;
     size_t rlen = 0;
 
-    if (le->type == RAFT_COMMAND) {
-        if (index > g->applied &&
-            h->cfg.fsm.apply(h->cfg.fsm.ctx, g->id, index, le->data, le->len, &res, &rlen) != 0) {
+    if (le->type == RAFT_COMMAND && index > g->applied) {
+        int rc = h->cfg.fsm.apply(h->cfg.fsm.ctx, g->id, index, le->data, le->len, &res, &rlen);
+        if (rc == RAFT_HOST_APPLY_BUSY) {
+            /* Not applied: keep the entry and wait for raft_host_apply_resume. */
+            free(res);
+            g->apply_blocked = true;
+            return -1;
+        }
+        if (rc != 0) {
+            free(res);
             group_fail(g, ERR_INTERNAL, "state machine apply failed");
             return -1;
         }
@@ -622,7 +712,7 @@ static int apply_one(group *g, uint64_t index, log_entry *le)
 
 static void apply_committed(group *g)
 {
-    if (g->applying || g->failed)
+    if (g->applying || g->failed || g->apply_blocked || g->installing)
         return;
     g->applying = true;
     for (;;) {
@@ -645,6 +735,388 @@ static void apply_committed(group *g)
     g->applying = false;
 }
 
+/* ---- snapshots: compaction points and out-of-band installs ---- */
+
+/* The configuration in `bytes` (C-Raft's encoding, as in RAFT_CHANGE entries), decoded
+ * with C-Raft's allocator. The decoder runs strlen() over addresses without a bound:
+ * give it a zero-padded copy. */
+static int conf_decode(const uint8_t *bytes, size_t len, struct raft_configuration *out)
+{
+    raft_configuration_init(out);
+    if (len == 0 || len > 1 << 20)
+        return -1;
+    uint8_t *copy = calloc(1, len + 64);
+    if (copy == NULL)
+        return -1;
+    memcpy(copy, bytes, len);
+    struct raft_buffer b = {copy, len};
+    int rv = raft_configuration_decode(&b, out);
+    free(copy);
+    if (rv != 0 || out->n == 0) {
+        if (rv == 0)
+            raft_configuration_close(out);
+        raft_configuration_init(out);
+        return -1;
+    }
+    return 0;
+}
+
+/* *out (malloc'd) = the encoded configuration. */
+static int conf_encode(const struct raft_configuration *c, uint8_t **out, size_t *len)
+{
+    struct raft_buffer b;
+    if (raft_configuration_encode(c, &b) != 0)
+        return -1;
+    *out = malloc(b.len ? b.len : 1);
+    if (*out != NULL)
+        memcpy(*out, b.base, b.len);
+    *len = b.len;
+    raft_free(b.base);
+    return *out == NULL ? -1 : 0;
+}
+
+/* Snapshot metadata as storage keeps it (opaque there): the configuration index as 8
+ * little-endian bytes, then the encoded configuration. */
+static uint8_t *meta_encode(uint64_t conf_index, const uint8_t *conf, size_t conf_len, size_t *len)
+{
+    uint8_t *m = malloc(8 + conf_len);
+    if (m == NULL)
+        return NULL;
+    for (int i = 0; i < 8; i++)
+        m[i] = (uint8_t)(conf_index >> (8 * i));
+    memcpy(m + 8, conf, conf_len);
+    *len = 8 + conf_len;
+    return m;
+}
+
+static int meta_decode(const uint8_t *m, size_t len, uint64_t *conf_index,
+                       struct raft_configuration *conf)
+{
+    if (m == NULL || len <= 8)
+        return -1;
+    uint64_t ci = 0;
+    for (int i = 0; i < 8; i++)
+        ci |= (uint64_t)m[i] << (8 * i);
+    *conf_index = ci;
+    return conf_decode(m + 8, len - 8, conf);
+}
+
+/* Replaces the group's snapshot point; `conf` (malloc'd) is taken over. */
+static void set_snap_point(group *g, uint64_t index, uint64_t term, uint64_t conf_index,
+                           uint8_t *conf, size_t conf_len)
+{
+    free(g->snap_conf);
+    g->snap_index = index;
+    g->snap_term = term;
+    g->snap_conf_index = conf_index;
+    g->snap_conf = conf;
+    g->snap_conf_len = conf_len;
+}
+
+/* The configuration in force at `index` (<= applied): the last RAFT_CHANGE entry at or
+ * below it still in the log above the snapshot point, else the snapshot's. The bytes
+ * stay owned by the log / the group. */
+static int conf_at(group *g, uint64_t index, uint64_t *conf_index, const uint8_t **conf,
+                   size_t *len)
+{
+    uint64_t low = g->snap_index + 1 > g->log_first ? g->snap_index + 1 : g->log_first;
+    for (uint64_t i = index; i >= low && i > 0; i--) {
+        log_entry *le = log_at(g, i);
+        if (le != NULL && le->type == RAFT_CHANGE) {
+            *conf_index = i;
+            *conf = le->data;
+            *len = le->len;
+            return 0;
+        }
+    }
+    if (g->snap_conf == NULL)
+        return -1;
+    *conf_index = g->snap_conf_index;
+    *conf = g->snap_conf;
+    *len = g->snap_conf_len;
+    return 0;
+}
+
+/* Forgets the in-memory entries below keep_from. */
+static void log_drop_prefix(group *g, uint64_t keep_from)
+{
+    if (keep_from <= g->log_first)
+        return;
+    size_t drop = (size_t)(keep_from - g->log_first);
+    if (drop > g->log_n)
+        drop = g->log_n;
+    for (size_t i = 0; i < drop; i++)
+        free(g->log[i].data);
+    memmove(g->log, g->log + drop, (g->log_n - drop) * sizeof *g->log);
+    g->log_n -= drop;
+    g->log_first += drop;
+}
+
+static void snap_write_done(void *data, int status)
+{
+    group *g = data;
+    raft_host *h = g->h;
+    assert(g->snap_writes > 0);
+    g->snap_writes--;
+    if (g->stopped) {
+        zombie_reap(g);
+        return;
+    }
+    if (status != 0) {
+        h->depth++;
+        group_fail(g, ERR_IO, "snapshot point write failed");
+        h->depth--;
+    }
+}
+
+static int write_snap_point(group *g, const raft_host_snapshot *sp, raft_storage_cb cb,
+                            strata_err *err)
+{
+    raft_host *h = g->h;
+    g->snap_writes++;
+    if (h->cfg.storage.set_snapshot(h->cfg.storage.ctx, g->id, sp, cb, g, err) != 0) {
+        g->snap_writes--;
+        return -1;
+    }
+    return 0;
+}
+
+static int compact_at(group *g, uint64_t index, strata_err *err);
+
+static int compact_in(raft_host *h, uint64_t group_id, uint64_t index, strata_err *err)
+{
+    group *g = find_group(h, group_id);
+    if (g == NULL)
+        return strata_err_set(err, ERR_NOT_FOUND, "no group %" PRIu64, group_id);
+    if (h->cfg.storage.set_snapshot == NULL)
+        return strata_err_set(err, ERR_VALIDATION, "storage has no set_snapshot");
+    if (g->failed || g->installing)
+        return strata_err_set(err, ERR_UNAVAILABLE, "group %" PRIu64 " %s", group_id,
+                              g->failed ? "stopped" : "is installing a snapshot");
+    if (g->applying)
+        return strata_err_set(err, ERR_VALIDATION, "raft_host_compact called from apply()");
+    if (index > g->applied)
+        return strata_err_set(err, ERR_VALIDATION,
+                              "compaction index %" PRIu64 " above applied %" PRIu64, index,
+                              g->applied);
+    /* After an install the state machine may be ahead of the log (a live source): the
+     * point must be an entry this replica holds, committed and durable. */
+    if (index > raft_commit_index(&g->raft))
+        index = raft_commit_index(&g->raft);
+    if (index > g->raft.last_stored)
+        index = g->raft.last_stored;
+    if (index <= g->snap_index || log_at(g, index) == NULL)
+        return 0;
+    return compact_at(g, index, err);
+}
+
+/* Records the compaction point `index` (in the log, above the last point): the core
+ * forgets the same entries as the host (it keeps `trailing` below the point). */
+static int compact_at(group *g, uint64_t index, strata_err *err)
+{
+    raft_host *h = g->h;
+    log_entry *le = log_at(g, index);
+    uint64_t conf_index;
+    const uint8_t *cb;
+    size_t clen;
+    if (le == NULL || conf_at(g, index, &conf_index, &cb, &clen) != 0)
+        return strata_err_set(err, ERR_INTERNAL, "compaction index %" PRIu64 " not in the log",
+                              index);
+    uint64_t term = le->term;
+    struct raft_event ev;
+    memset(&ev, 0, sizeof ev);
+    uint8_t *conf = malloc(clen ? clen : 1);
+    size_t mlen = 0;
+    uint8_t *meta = meta_encode(conf_index, cb, clen, &mlen);
+    if (conf == NULL || meta == NULL ||
+        conf_decode(cb, clen, &ev.snapshot.metadata.configuration)) {
+        free(conf);
+        free(meta);
+        return strata_err_set(err, ERR_NOMEM, "compaction");
+    }
+    memcpy(conf, cb, clen);
+    unsigned trailing = h->cfg.snapshot_trailing;
+    uint64_t keep_from = index > trailing ? index - trailing + 1 : 1;
+    ev.type = RAFT_SNAPSHOT;
+    ev.snapshot.metadata.index = index;
+    ev.snapshot.metadata.term = term;
+    ev.snapshot.metadata.configuration_index = conf_index;
+    ev.snapshot.trailing = trailing;
+    if (group_step(g, &ev) != 0) {
+        free(conf);
+        free(meta);
+        return strata_err_set(err, ERR_UNAVAILABLE, "group %" PRIu64 " stopped", g->id);
+    }
+    set_snap_point(g, index, term, conf_index, conf, clen);
+    if (keep_from > g->log_first)
+        log_drop_prefix(g, keep_from);
+    raft_host_snapshot sp = {.index = index,
+                             .term = term,
+                             .keep_from = keep_from,
+                             .replace_log = false,
+                             .meta = meta,
+                             .meta_len = mlen};
+    int rc = write_snap_point(g, &sp, snap_write_done, err);
+    free(meta);
+    if (rc != 0) {
+        group_fail(g, ERR_IO, "storage refused the snapshot point");
+        return -1;
+    }
+    return 0;
+}
+
+static uint64_t group_deadline(const group *g)
+{
+    uint64_t d = raft_timeout((struct raft *)&g->raft);
+    if (g->install_retry_at != 0 && (d == 0 || g->install_retry_at < d))
+        d = g->install_retry_at;
+    return d;
+}
+
+/* Asks the state machine to copy the snapshot's state out of band (a new token each
+ * attempt, so a late completion of an abandoned attempt is recognised). */
+static void install_call(group *g)
+{
+    raft_host *h = g->h;
+    g->install_retry_at = 0;
+    /* A replica that restarted with its engine ahead of its log (the log lost what the
+     * engine had made durable) may already hold the snapshot's state: no copy then. */
+    if (g->applied >= g->inst.index) {
+        install_adopt(g, g->applied, NULL);
+        return;
+    }
+    g->install_token = ++h->next_token;
+    uint64_t from = leader_of(g) != 0 ? leader_of(g) : g->install_from;
+    if (h->cfg.fsm.install(h->cfg.fsm.ctx, g->id, g->inst.index, g->inst.term, from,
+                           g->install_token) != 0) {
+        g->install_token = 0;
+        g->install_retry_at = now_ms(h) + h->cfg.election_timeout_ms;
+    }
+}
+
+/* RAFT_UPDATE_SNAPSHOT: the core dropped its log for the leader's snapshot point and
+ * waits for RAFT_PERSISTED_SNAPSHOT. The host's log goes too; in-flight appends are
+ * obsolete (the core ignores their completions while installing, but must not see
+ * them afterwards either). */
+static void install_from_update(group *g, struct raft_update *up)
+{
+    if (up->snapshot.chunk.base != NULL)
+        raft_free(up->snapshot.chunk.base);
+    g->inst = up->snapshot.metadata;
+    g->installing = true;
+    g->install_begin = true;
+    g->install_from = leader_of(g);
+    g->apply_blocked = false; /* the refused entry is superseded by the snapshot */
+    for (append_req *r = g->appends; r != NULL; r = r->next)
+        r->last = 0;
+    g->deferred_persisted = 0;
+    log_truncate(g, 0);
+    g->log_first = g->inst.index + 1;
+    if (conf_encode(&g->inst.configuration, &g->inst_conf, &g->inst_conf_len) != 0)
+        group_fail(g, ERR_NOMEM, "snapshot configuration");
+}
+
+static void install_persisted(void *data, int status)
+{
+    group *g = data;
+    raft_host *h = g->h;
+    assert(g->snap_writes > 0);
+    g->snap_writes--;
+    if (g->stopped) {
+        zombie_reap(g);
+        return;
+    }
+    if (g->failed)
+        return;
+    h->depth++;
+    if (status != 0) {
+        group_fail(g, ERR_IO, "snapshot point write failed");
+        h->depth--;
+        return;
+    }
+    struct raft_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.type = RAFT_PERSISTED_SNAPSHOT;
+    ev.persisted_snapshot.metadata = g->inst; /* the core takes the configuration */
+    ev.persisted_snapshot.offset = 0;
+    ev.persisted_snapshot.last = true;
+    raft_configuration_init(&g->inst.configuration);
+    set_snap_point(g, g->inst.index, g->inst.term, g->inst.configuration_index, g->inst_conf,
+                   g->inst_conf_len);
+    g->inst_conf = NULL;
+    g->installing = false;
+    g->installs++;
+    if (g->install_applied > g->applied)
+        g->applied = g->install_applied;
+    if (group_step(g, &ev) != 0)
+        raft_configuration_close(&ev.persisted_snapshot.metadata.configuration);
+    h->depth--;
+}
+
+static int snapshot_installed_in(raft_host *h, uint64_t token, int status, uint64_t applied,
+                                 strata_err *err)
+{
+    group *g = NULL;
+    for (size_t i = 0; token != 0 && g == NULL && i < h->nslots; i++)
+        if (h->slots[i] != NULL && h->slots[i]->installing && !h->slots[i]->failed &&
+            h->slots[i]->install_token == token)
+            g = h->slots[i];
+    if (g == NULL)
+        return strata_err_set(err, ERR_NOT_FOUND, "no snapshot install with token %" PRIu64, token);
+    g->install_token = 0;
+    if (status != 0) {
+        g->install_retry_at = now_ms(h) + h->cfg.election_timeout_ms;
+        g->deadline = group_deadline(g);
+        rearm(h, g->deadline);
+        return 0;
+    }
+    return install_adopt(g, applied, err);
+}
+
+/* The state machine holds the snapshot's state (copied, or already there): record the
+ * point durably, then tell the core (install_persisted). */
+static int install_adopt(group *g, uint64_t applied, strata_err *err)
+{
+    g->install_applied = applied > g->inst.index ? applied : g->inst.index;
+    size_t mlen = 0;
+    uint8_t *meta = meta_encode(g->inst.configuration_index, g->inst_conf, g->inst_conf_len, &mlen);
+    if (meta == NULL) {
+        group_fail(g, ERR_NOMEM, "snapshot point");
+        return strata_err_set(err, ERR_NOMEM, "snapshot point");
+    }
+    raft_host_snapshot sp = {.index = g->inst.index,
+                             .term = g->inst.term,
+                             .keep_from = g->inst.index + 1,
+                             .replace_log = true,
+                             .meta = meta,
+                             .meta_len = mlen};
+    strata_err serr;
+    int rc = write_snap_point(g, &sp, install_persisted, &serr);
+    free(meta);
+    if (rc != 0) {
+        group_fail(g, ERR_IO, "storage refused the snapshot point");
+        if (err != NULL)
+            *err = serr;
+        return -1;
+    }
+    return 0;
+}
+
+/* Fills an outgoing InstallSnapshot: the core sets the point; the configuration comes
+ * from the group's snapshot point (the data moves out of band). */
+static int fill_install_snapshot(group *g, struct raft_message *m)
+{
+    struct raft_install_snapshot *a = &m->install_snapshot;
+    if (g->snap_conf == NULL || a->last_index != g->snap_index)
+        return -1;
+    if (conf_decode(g->snap_conf, g->snap_conf_len, &a->conf) != 0)
+        return -1;
+    a->conf_index = g->snap_conf_index;
+    a->data.base = NULL;
+    a->data.len = 0;
+    return 0;
+}
+
 /* ---- public API ---- */
 
 raft_host *raft_host_create(const raft_host_config *cfg, strata_err *err)
@@ -665,6 +1137,10 @@ raft_host *raft_host_create(const raft_host_config *cfg, strata_err *err)
         h->cfg.election_timeout_ms = 1000;
     if (h->cfg.heartbeat_timeout_ms == 0)
         h->cfg.heartbeat_timeout_ms = 100;
+    if (h->cfg.snapshot_trailing == 0)
+        h->cfg.snapshot_trailing = 128;
+    if (h->cfg.install_snapshot_timeout_ms == 0)
+        h->cfg.install_snapshot_timeout_ms = 30000;
     if (h->cfg.heartbeat_timeout_ms >= h->cfg.election_timeout_ms) {
         free(h);
         strata_err_set(err, ERR_VALIDATION, "heartbeat timeout must be below election timeout");
@@ -681,8 +1157,12 @@ raft_host *raft_host_create(const raft_host_config *cfg, strata_err *err)
     return h;
 }
 
-static void group_free(group *g)
+/* Frees everything of g but the shell that storage completions still in flight point to
+ * (the struct and its append_req list). Pending ops fail with ERR_UNAVAILABLE. */
+static void group_release(group *g)
 {
+    g->failed = true; /* no more steps, even from the callbacks fired below */
+    g->deadline = 0;
     fail_all_ops(g, ERR_UNAVAILABLE);
     while (g->out_head != NULL) {
         out_msg *m = g->out_head;
@@ -690,14 +1170,43 @@ static void group_free(group *g)
         free(m->buf);
         free(m);
     }
+    g->out_tail = NULL;
+    log_truncate(g, 0);
+    free(g->log);
+    g->log = NULL;
+    g->log_cap = 0;
+    if (g->installing)
+        raft_configuration_close(&g->inst.configuration);
+    g->installing = false;
+    g->install_token = 0;
+    free(g->inst_conf);
+    g->inst_conf = NULL;
+    free(g->snap_conf);
+    g->snap_conf = NULL;
+    raft_close(&g->raft, NULL);
+}
+
+static void group_free_shell(group *g)
+{
     while (g->appends != NULL) {
         append_req *r = g->appends;
         g->appends = r->next;
         free(r);
     }
-    log_truncate(g, 0);
-    free(g->log);
-    raft_close(&g->raft, NULL);
+    free(g);
+}
+
+/* A stopped group is freed once no storage completion can reach it any more. */
+static void zombie_reap(group *g)
+{
+    if (g->tv_pending > 0 || g->appends != NULL || g->snap_writes > 0)
+        return;
+    raft_host *h = g->h;
+    for (group **z = &h->zombies; *z != NULL; z = &(*z)->next_zombie)
+        if (*z == g) {
+            *z = g->next_zombie;
+            break;
+        }
     free(g);
 }
 
@@ -705,20 +1214,98 @@ void raft_host_destroy(raft_host *h)
 {
     if (h == NULL)
         return;
+    h->depth++;
     for (size_t i = 0; i < h->nslots; i++)
         if (h->slots[i] != NULL)
             h->slots[i]->failed = true; /* no more steps from callbacks */
     for (size_t i = 0; i < h->nslots; i++)
-        if (h->slots[i] != NULL)
-            group_free(h->slots[i]);
+        if (h->slots[i] != NULL) {
+            group_release(h->slots[i]);
+            group_free_shell(h->slots[i]);
+        }
+    /* Storage callbacks never fire after destroy (see raft_host.h): free the shells. */
+    while (h->zombies != NULL) {
+        group *z = h->zombies;
+        h->zombies = z->next_zombie;
+        group_free_shell(z);
+    }
     free(h->slots);
     free(h);
+}
+
+int raft_host_stop_group(raft_host *h, uint64_t group_id, strata_err *err)
+{
+    if (h->depth > 0)
+        return strata_err_set(err, ERR_VALIDATION,
+                              "raft_host_stop_group called from inside a host callback");
+    group *g = find_group(h, group_id);
+    if (g == NULL)
+        return strata_err_set(err, ERR_NOT_FOUND, "no group %" PRIu64, group_id);
+    /* Out of the table first: a callback fired below that submits again gets NOT_FOUND,
+     * and a new group with the same id may start at once. */
+    remove_group(h, g);
+    g->stopped = true;
+    g->next_zombie = h->zombies;
+    h->zombies = g;
+    h->depth++;
+    group_release(g);
+    h->depth--;
+    zombie_reap(g);
+    return 0;
+}
+
+void raft_host_apply_resume(raft_host *h, uint64_t group_id)
+{
+    group *g = find_group(h, group_id);
+    if (g == NULL || !g->apply_blocked)
+        return;
+    g->apply_blocked = false;
+    h->depth++;
+    apply_committed(g);
+    h->depth--;
 }
 
 static void noop_cb(void *data, int status)
 {
     (void)data;
     (void)status;
+}
+
+static void release_loaded(raft_host *h, raft_host_loaded *ld)
+{
+    if (h->cfg.storage.release != NULL)
+        h->cfg.storage.release(h->cfg.storage.ctx, ld);
+    else
+        free(ld->entries);
+}
+
+/* A stored snapshot point: the group's, and the core's RAFT_START metadata. The state
+ * machine must hold at least what the log no longer does. */
+static int load_snapshot_point(group *g, const raft_host_loaded *ld, uint64_t applied,
+                               struct raft_snapshot_metadata *m, strata_err *err)
+{
+    uint64_t ci = 0;
+    if (ld->start_index == 0 || ld->start_index > ld->snapshot_index + 1 ||
+        ld->snapshot_term == 0 ||
+        meta_decode(ld->snapshot_meta, ld->snapshot_meta_len, &ci, &m->configuration) != 0)
+        return strata_err_set(err, ERR_CORRUPT, "group %" PRIu64 ": bad snapshot point", g->id);
+    uint8_t *conf = malloc(ld->snapshot_meta_len - 8);
+    if (conf == NULL || applied + 1 < ld->start_index) {
+        free(conf);
+        raft_configuration_close(&m->configuration);
+        if (conf == NULL)
+            return strata_err_set(err, ERR_NOMEM, "snapshot point");
+        return strata_err_set(err, ERR_VALIDATION,
+                              "group %" PRIu64 ": the state machine is at %" PRIu64
+                              " but the log starts at %" PRIu64 " (snapshot %" PRIu64 ")",
+                              g->id, applied, ld->start_index, ld->snapshot_index);
+    }
+    memcpy(conf, (const uint8_t *)ld->snapshot_meta + 8, ld->snapshot_meta_len - 8);
+    set_snap_point(g, ld->snapshot_index, ld->snapshot_term, ci, conf, ld->snapshot_meta_len - 8);
+    m->index = ld->snapshot_index;
+    m->term = ld->snapshot_term;
+    m->configuration_index = ci;
+    return 0;
 }
 
 /* Writes the bootstrap state of a new replica: term 1 and the configuration at index 1. */
@@ -751,7 +1338,7 @@ static int bootstrap(raft_host *h, group *g, const uint64_t *members, size_t n,
     return 0;
 }
 
-int raft_host_start_group(raft_host *h, uint64_t group_id, const uint64_t *members, size_t n,
+static int start_group_in(raft_host *h, uint64_t group_id, const uint64_t *members, size_t n,
                           uint64_t applied_index, strata_err *err)
 {
     bool member = false;
@@ -778,6 +1365,7 @@ int raft_host_start_group(raft_host *h, uint64_t group_id, const uint64_t *membe
     raft_set_election_timeout(&g->raft, h->cfg.election_timeout_ms);
     raft_set_heartbeat_timeout(&g->raft, h->cfg.heartbeat_timeout_ms);
     raft_set_pre_vote(&g->raft, true);
+    raft_set_install_snapshot_timeout(&g->raft, h->cfg.install_snapshot_timeout_ms);
     uint64_t s = h->cfg.seed ^ (group_id * 0x9E3779B97F4A7C15ull) ^ (h->cfg.node_id << 32);
     s = (s ^ (s >> 31)) * 0xBF58476D1CE4E5B9ull;
     raft_seed(&g->raft, (unsigned)(s ^ (s >> 29)));
@@ -788,8 +1376,16 @@ int raft_host_start_group(raft_host *h, uint64_t group_id, const uint64_t *membe
     struct raft_buffer conf_buf = {NULL, 0};
     bool loaded = false;
     strata_err lerr;
+    struct raft_snapshot_metadata smeta;
+    memset(&smeta, 0, sizeof smeta);
     if (h->cfg.storage.load(h->cfg.storage.ctx, group_id, &ld, &lerr) == 0) {
         loaded = true;
+        if (ld.snapshot_index != 0 && load_snapshot_point(g, &ld, applied_index, &smeta, err)) {
+            release_loaded(h, &ld);
+            raft_close(&g->raft, NULL);
+            free(g);
+            return -1;
+        }
     } else if (lerr.code == ERR_NOT_FOUND) {
         if (bootstrap(h, g, members, n, &conf_buf, err) != 0) {
             raft_close(&g->raft, NULL);
@@ -822,17 +1418,13 @@ int raft_host_start_group(raft_host *h, uint64_t group_id, const uint64_t *membe
         else if (len)
             memcpy(ents[i].buf.base, src, len);
     }
-    if (rc == 0 && ne > 0) {
-        g->log_first = ld.start_index;
-        rc = log_put(g, ld.start_index, ents, (unsigned)ne);
-    }
     uint64_t term = ld.term, vote = ld.vote, start = ld.start_index ? ld.start_index : 1;
-    if (loaded) {
-        if (h->cfg.storage.release != NULL)
-            h->cfg.storage.release(h->cfg.storage.ctx, &ld);
-        else
-            free(ld.entries);
-    }
+    g->log_first = start;
+    if (rc == 0 && ne > 0)
+        rc = log_put(g, start, ents, (unsigned)ne);
+    bool has_snap = loaded && ld.snapshot_index != 0;
+    if (loaded)
+        release_loaded(h, &ld);
     if (conf_buf.base != NULL)
         raft_free(conf_buf.base);
     if (rc != 0 || insert_group(h, g) != 0) {
@@ -841,6 +1433,9 @@ int raft_host_start_group(raft_host *h, uint64_t group_id, const uint64_t *membe
         raft_free(ents);
         log_truncate(g, 0);
         free(g->log);
+        free(g->snap_conf);
+        if (has_snap)
+            raft_configuration_close(&smeta.configuration);
         raft_close(&g->raft, NULL);
         free(g);
         return strata_err_set(err, ERR_NOMEM, "raft group start");
@@ -854,7 +1449,8 @@ int raft_host_start_group(raft_host *h, uint64_t group_id, const uint64_t *membe
     ev.start.start_index = start;
     ev.start.entries = ne ? ents : NULL;
     ev.start.n_entries = (unsigned)ne;
-    if (term == 0 && ne > 0)
+    ev.start.metadata = has_snap ? &smeta : NULL; /* the core takes its configuration */
+    if (term == 0 && (ne > 0 || has_snap))
         ev.start.term = 1; /* entries imply a bootstrap term */
     rc = group_step(g, &ev);
     if (rc == 0) {
@@ -868,7 +1464,28 @@ int raft_host_start_group(raft_host *h, uint64_t group_id, const uint64_t *membe
     return 0;
 }
 
-int raft_host_receive(raft_host *h, uint64_t from, uint64_t group_id, const void *msg, size_t len,
+int raft_host_start_group(raft_host *h, uint64_t group_id, const uint64_t *members, size_t n,
+                          uint64_t applied_index, strata_err *err)
+{
+    h->depth++;
+    int rc = start_group_in(h, group_id, members, n, applied_index, err);
+    h->depth--;
+    return rc;
+}
+
+/* Whether to give an InstallSnapshot to the core. Not while installing one (the core
+ * would ignore it and leak its configuration), not without the hooks to install, and
+ * never to a leader of the same term (the core asserts that cannot happen). */
+static bool snapshot_acceptable(group *g, const struct raft_message *m)
+{
+    const raft_host_config *c = &g->h->cfg;
+    if (c->storage.set_snapshot == NULL || c->fsm.install == NULL || g->installing)
+        return false;
+    return !(raft_state(&g->raft) == RAFT_LEADER &&
+             m->install_snapshot.term == raft_current_term(&g->raft));
+}
+
+static int receive_in(raft_host *h, uint64_t from, uint64_t group_id, const void *msg, size_t len,
                       strata_err *err)
 {
     group *g = find_group(h, group_id);
@@ -885,6 +1502,11 @@ int raft_host_receive(raft_host *h, uint64_t from, uint64_t group_id, const void
         raft_msg_free(owner);
         return strata_err_set(err, ERR_CORRUPT, "raft message header mismatch");
     }
+    bool is_snap = m.type == RAFT_INSTALL_SNAPSHOT;
+    if (is_snap && !snapshot_acceptable(g, &m)) {
+        raft_msg_free(owner); /* the leader sends it again */
+        return 0;
+    }
     struct raft_event ev;
     memset(&ev, 0, sizeof ev);
     ev.type = RAFT_RECEIVE;
@@ -896,6 +1518,8 @@ int raft_host_receive(raft_host *h, uint64_t from, uint64_t group_id, const void
     int rc = group_step(g, &ev);
     if (has_entries && !g->recv_kept)
         raft_msg_batch_consumed(owner);
+    if (is_snap)
+        raft_msg_conf_consumed(owner); /* the core closed it or handed it to the host */
     g->recv_entries = NULL;
     g->recv_n = 0;
     raft_msg_free(owner);
@@ -904,7 +1528,16 @@ int raft_host_receive(raft_host *h, uint64_t from, uint64_t group_id, const void
     return 0;
 }
 
-void raft_host_tick(raft_host *h)
+int raft_host_receive(raft_host *h, uint64_t from, uint64_t group_id, const void *msg, size_t len,
+                      strata_err *err)
+{
+    h->depth++;
+    int rc = receive_in(h, from, group_id, msg, len, err);
+    h->depth--;
+    return rc;
+}
+
+static void tick_in(raft_host *h)
 {
     uint64_t now = now_ms(h);
     h->armed = UINT64_MAX;
@@ -913,10 +1546,17 @@ void raft_host_tick(raft_host *h)
         group *g = h->slots[i];
         if (g == NULL || g->failed || g->deadline == 0 || g->deadline > now)
             continue;
-        struct raft_event ev;
-        memset(&ev, 0, sizeof ev);
-        ev.type = RAFT_TIMEOUT;
-        group_step(g, &ev);
+        if (g->installing && g->install_retry_at != 0 && g->install_retry_at <= now)
+            install_call(g); /* a failed out-of-band copy, tried again */
+        uint64_t t = raft_timeout(&g->raft);
+        if (t != 0 && t <= now) {
+            struct raft_event ev;
+            memset(&ev, 0, sizeof ev);
+            ev.type = RAFT_TIMEOUT;
+            group_step(g, &ev);
+        } else {
+            g->deadline = group_deadline(g);
+        }
     }
     h->ticking = false;
     uint64_t next = UINT64_MAX;
@@ -932,6 +1572,13 @@ void raft_host_tick(raft_host *h)
         h->armed = next;
         h->cfg.clock.arm(h->cfg.clock.ctx, next);
     }
+}
+
+void raft_host_tick(raft_host *h)
+{
+    h->depth++;
+    tick_in(h);
+    h->depth--;
 }
 
 static group *usable_group(const raft_host *h, uint64_t group_id, strata_err *err)
@@ -953,7 +1600,7 @@ static group *usable_group(const raft_host *h, uint64_t group_id, strata_err *er
     return g;
 }
 
-int raft_host_submit(raft_host *h, uint64_t group_id, const void *cmd, size_t len,
+static int submit_in(raft_host *h, uint64_t group_id, const void *cmd, size_t len,
                      raft_host_done_cb cb, void *data, strata_err *err)
 {
     group *g = usable_group(h, group_id, err);
@@ -988,7 +1635,16 @@ int raft_host_submit(raft_host *h, uint64_t group_id, const void *cmd, size_t le
     return 0;
 }
 
-int raft_host_read_barrier(raft_host *h, uint64_t group_id, raft_host_done_cb cb, void *data,
+int raft_host_submit(raft_host *h, uint64_t group_id, const void *cmd, size_t len,
+                     raft_host_done_cb cb, void *data, strata_err *err)
+{
+    h->depth++;
+    int rc = submit_in(h, group_id, cmd, len, cb, data, err);
+    h->depth--;
+    return rc;
+}
+
+static int read_barrier_in(raft_host *h, uint64_t group_id, raft_host_done_cb cb, void *data,
                            strata_err *err)
 {
     group *g = usable_group(h, group_id, err);
@@ -1002,6 +1658,15 @@ int raft_host_read_barrier(raft_host *h, uint64_t group_id, raft_host_done_cb cb
     list_push(&g->reads_waiting, p);
     maybe_start_barrier(g);
     return 0;
+}
+
+int raft_host_read_barrier(raft_host *h, uint64_t group_id, raft_host_done_cb cb, void *data,
+                           strata_err *err)
+{
+    h->depth++;
+    int rc = read_barrier_in(h, group_id, cb, data, err);
+    h->depth--;
+    return rc;
 }
 
 bool raft_host_is_leader(const raft_host *h, uint64_t group_id)
@@ -1031,6 +1696,12 @@ int raft_host_group_info(const raft_host *h, uint64_t group_id, raft_host_group_
     out->last_index = raft_last_index(&g->raft);
     out->last_stored = g->raft.last_stored;
     out->failed = g->failed;
+    out->apply_blocked = g->apply_blocked;
+    out->snapshot_index = g->snap_index;
+    out->snapshot_term = g->snap_term;
+    out->first_index = g->log_first;
+    out->installing = g->installing;
+    out->installs = g->installs;
     out->term_vote_writes = g->tv_pending;
     out->queued_messages = 0;
     for (out_msg *m = g->out_head; m != NULL; m = m->next)
@@ -1039,4 +1710,21 @@ int raft_host_group_info(const raft_host *h, uint64_t group_id, raft_host_group_
     for (append_req *r = g->appends; r != NULL; r = r->next)
         out->appends_in_flight++;
     return 0;
+}
+
+int raft_host_compact(raft_host *h, uint64_t group_id, uint64_t index, strata_err *err)
+{
+    h->depth++;
+    int rc = compact_in(h, group_id, index, err);
+    h->depth--;
+    return rc;
+}
+
+int raft_host_snapshot_installed(raft_host *h, uint64_t token, int status, uint64_t applied_index,
+                                 strata_err *err)
+{
+    h->depth++;
+    int rc = snapshot_installed_in(h, token, status, applied_index, err);
+    h->depth--;
+    return rc;
 }

@@ -9,15 +9,18 @@
  *                raft_host_tick() at the earliest deadline of all its groups (ONE timer
  *                for the whole node). raft_host_uv.h binds it to a libuv timer; the
  *                simulation (tests/sim) binds it to simulated time.
- *   - storage:   persists term/vote and log entries; completions are callbacks.
+ *   - storage:   persists term/vote, log entries and snapshot points; completions are
+ *                callbacks.
  *   - transport: sends one encoded message (proto/raft.proto) to a peer node.
- *   - fsm:       applies committed commands and returns their result bytes.
+ *   - fsm:       applies committed commands and returns their result bytes (or asks to
+ *                wait: RAFT_HOST_APPLY_BUSY); copies a snapshot's state out of band.
  * So one process can run many hosts deterministically (tests/sim), and production uses
  * the same code on one libuv loop.
  *
  * Threading: none. Every function and every callback runs on the caller's thread (the
- * node's loop thread). Callbacks into user code (submit/read completions, fsm apply) may
- * call raft_host_submit / raft_host_read_barrier again, but never raft_host_destroy.
+ * node's loop thread). Callbacks into user code (submit/read completions, fsm apply and
+ * install) may call raft_host_submit / raft_host_read_barrier again, but never
+ * raft_host_destroy or raft_host_stop_group (refused), nor complete an install.
  *
  * Raft rules the host enforces for C-Raft:
  *   - A new term or vote is handed to storage first, and no message of that group is sent
@@ -27,11 +30,22 @@
  *     append has not replaced.
  *   - Commands are applied in log order, once committed AND durable locally.
  *
- * Limits of this version (stated plainly): no snapshots and no log compaction (every
- * group's log stays in memory and in storage; InstallSnapshot messages are dropped and
- * the fsm snapshot/restore hooks are never called); no membership changes after
- * creation (RAFT_CHANGE entries other than the bootstrap one are applied to the core
- * but cannot be submitted); timers are scanned linearly over groups on each tick.
+ * Snapshots are points, not data: raft_host_compact() records a compaction point (index,
+ * term, configuration) that the state machine says is durable in its engine, and the
+ * log below it (minus `snapshot_trailing` entries) is dropped in memory and, once the
+ * point is durable, in storage. A follower that needs dropped entries receives an
+ * InstallSnapshot carrying only that metadata; the state moves out of band (fsm.install,
+ * e.g. a chunked copy of the partition from the leader's engine snapshot) and the host
+ * completes the install with the core once raft_host_snapshot_installed() reports it.
+ *
+ * Limits of this version (stated plainly): compaction happens only when the caller asks
+ * (no policy inside); an install copies the whole state again after any failure of the
+ * copy (no resume of a partial copy; that is the state machine's business); the
+ * configuration used for a compaction point is found by scanning the log backwards; no
+ * membership changes after creation (RAFT_CHANGE entries other than the bootstrap one
+ * are applied to the core but cannot be submitted); the fsm snapshot/restore hooks are
+ * never called (kept for compatibility; the data path is fsm.install); timers are
+ * scanned linearly over groups on each tick, and install tokens over groups.
  */
 #include <stdbool.h>
 #include <stddef.h>
@@ -60,17 +74,37 @@ typedef void (*raft_storage_cb)(void *cb_data, int status);
 typedef struct {
     uint64_t term;
     uint64_t vote;
-    uint64_t start_index; /* index of entries[0]; 1 when there is no snapshot */
+    uint64_t start_index; /* index of entries[0]; 1 when there is no snapshot, else at most
+                             snapshot_index + 1 (entries below may be kept: "trailing") */
     raft_host_entry *entries;
     size_t n;
+    /* The last snapshot point recorded with set_snapshot (all 0/NULL if none); meta is
+     * the host's opaque bytes, valid until release(). */
+    uint64_t snapshot_index;
+    uint64_t snapshot_term;
+    const void *snapshot_meta;
+    size_t snapshot_meta_len;
 } raft_host_loaded;
+
+/* A snapshot point for storage->set_snapshot. */
+typedef struct {
+    uint64_t index;     /* last index the snapshot covers; never decreases */
+    uint64_t term;      /* term of that entry */
+    uint64_t keep_from; /* first log index still needed (<= index + 1): entries below it may
+                           be forgotten */
+    bool replace_log;   /* installed from the leader: drop EVERY stored entry (also those
+                           above index); the log continues at index + 1 */
+    const void *meta;   /* opaque host bytes (configuration); copied before return */
+    size_t meta_len;
+} raft_host_snapshot;
 
 /*
  * Durable per-group state. Every operation's callback must fire exactly once, in request
  * order across all groups of the host, unless the host is destroyed first (then
  * never). Callbacks must not fire from inside the call that requested them.
  * There is no separate truncate: C-Raft's core only ever truncates by appending over a
- * conflicting suffix, which append() does. There is no snapshot call yet (no snapshots).
+ * conflicting suffix, which append() does, or replaces the log with an installed
+ * snapshot point (set_snapshot with replace_log).
  */
 typedef struct {
     void *ctx;
@@ -85,6 +119,11 @@ typedef struct {
      * first_index on. The entries are copied before return. */
     int (*append)(void *ctx, uint64_t group, uint64_t first_index, const raft_host_entry *e,
                   size_t n, raft_storage_cb cb, void *cb_data, strata_err *err);
+    /* Records a snapshot point (log compaction, or a snapshot installed from the leader);
+     * load() returns the last one. May be NULL: then the host neither compacts nor
+     * installs snapshots (raft_host_compact fails, InstallSnapshot messages are dropped). */
+    int (*set_snapshot)(void *ctx, uint64_t group, const raft_host_snapshot *snap,
+                        raft_storage_cb cb, void *cb_data, strata_err *err);
 } raft_host_storage;
 
 /* Sends `len` bytes (an encoded strata.raft.RaftMessage) to node `to`. The transport
@@ -101,12 +140,21 @@ typedef struct {
                                                   replaces any earlier deadline */
 } raft_host_clock;
 
+/* apply() may answer this (back-pressure, e.g. the engine's memtables are full): the
+ * command was NOT applied; the host keeps it and applies nothing more of that group
+ * (applied_index unchanged, submits and reads wait) until raft_host_apply_resume(). */
+#define RAFT_HOST_APPLY_BUSY 1
+
 /*
  * The state machine. apply() is called once per committed RAFT_COMMAND entry, in index
  * order, with index > the group's `applied_index` at start. It must be deterministic.
- * It may return result bytes (malloc'd, *result freed by the host with free()); a
- * non-zero return stops the group (treated like a storage failure).
- * snapshot/restore are STUBS for now: never called (no snapshots yet); may be NULL.
+ * It may return result bytes (malloc'd, *result freed by the host with free()); it
+ * returns 0, RAFT_HOST_APPLY_BUSY (see above; *result is ignored), or another non-zero
+ * value, which stops the group (treated like a storage failure).
+ * After an install, apply() continues above the installed state's applied_index.
+ * At start (raft_host_start_group's applied_index), the state machine must hold at
+ * least every command below the first entry storage kept (it said so by compacting).
+ * snapshot/restore are never called (compatibility stubs); may be NULL.
  */
 typedef struct {
     void *ctx;
@@ -114,6 +162,26 @@ typedef struct {
                  void **result, size_t *result_len);
     int (*snapshot)(void *ctx, uint64_t group, void **data, size_t *len);
     int (*restore)(void *ctx, uint64_t group, const void *data, size_t len);
+    /*
+     * This follower lacks entries the leader has compacted away: the leader `from_node`
+     * sent its snapshot point (index, term) and the state must come OUT OF BAND (the
+     * Raft message carries no data). install() starts an asynchronous copy (in stratad:
+     * pull the partition's key range from an engine snapshot on from_node, in bounded
+     * chunks) and returns 0, or non-zero if it cannot start (retried later). Later, from
+     * a loop callback and never from inside install() or another host callback, it calls
+     * raft_host_snapshot_installed(h, token, status, applied_index) exactly once:
+     *   status 0: the state machine now holds a state reflecting every command up to
+     *   applied_index (>= index: a live source may be ahead, which is fine as those
+     *   entries are committed) AND that state is durable in the engine;
+     *   status != 0: the copy failed (source gone...): the host calls install() again
+     *   (new token, from the leader it then knows) after an election timeout.
+     * Until then the group applies nothing (its log restarts after index). A copy that
+     * is abandoned (raft_host_stop_group, raft_host_destroy) is never completed: its
+     * token is then unknown to the host (raft_host_snapshot_installed returns -1).
+     * May be NULL only if storage.set_snapshot is NULL.
+     */
+    int (*install)(void *ctx, uint64_t group, uint64_t index, uint64_t term, uint64_t from_node,
+                   uint64_t token);
 } raft_host_fsm;
 
 typedef struct {
@@ -125,6 +193,10 @@ typedef struct {
     unsigned election_timeout_ms;  /* 0 = 1000 */
     unsigned heartbeat_timeout_ms; /* 0 = 100; must be < election timeout */
     uint64_t seed;                 /* seeds each group's election-timer randomness */
+    unsigned snapshot_trailing;    /* entries kept below a compaction point, so a follower
+                                      slightly behind gets entries, not a snapshot; 0 = 128 */
+    unsigned install_snapshot_timeout_ms; /* a leader re-sends InstallSnapshot to a follower
+                                             silent this long; 0 = 30000 */
 } raft_host_config;
 
 /* Outcome of a submit or a read barrier, passed to its callback. */
@@ -150,9 +222,15 @@ typedef struct {
     uint64_t last_index;        /* last entry in the log */
     uint64_t last_stored;       /* last entry known durable */
     bool failed;                /* stopped after a storage/fsm/core error */
+    bool apply_blocked;         /* the fsm answered RAFT_HOST_APPLY_BUSY; awaiting resume */
     unsigned term_vote_writes;  /* term/vote writes in flight (messages wait for them) */
     unsigned queued_messages;   /* messages held until those writes are durable */
     unsigned appends_in_flight; /* entry writes in flight */
+    uint64_t snapshot_index;    /* last snapshot point (compaction or install), 0 if none */
+    uint64_t snapshot_term;
+    uint64_t first_index;       /* first entry still held in the log */
+    bool installing;            /* an out-of-band snapshot copy is in progress */
+    uint64_t installs;          /* snapshots installed since start */
 } raft_host_group_stats;
 
 /* Creates a host. The config's interfaces must outlive it. ERR_VALIDATION, ERR_NOMEM. */
@@ -168,11 +246,59 @@ void raft_host_destroy(raft_host *h);
  * Loads the group's state from storage; a group storage has never seen is bootstrapped
  * with the configuration entry at index 1 (identical on every member, so members
  * bootstrap independently). `applied_index`: commands up to it are already reflected in
- * the state machine and are not applied again (0 for an in-memory state machine).
- * ERR_VALIDATION (bad members, group exists), ERR_NOMEM, or the storage's error.
+ * the state machine and are not applied again (0 for an in-memory state machine). If
+ * storage holds a snapshot point, the log may start after index 1: applied_index must
+ * then be at least the first stored entry - 1 (else ERR_VALIDATION: the engine lost what
+ * it said was durable), and may be beyond the log's end (an installed state ahead of it).
+ * ERR_VALIDATION (bad members, group exists), ERR_CORRUPT (bad snapshot metadata),
+ * ERR_NOMEM, or the storage's error.
  */
 int raft_host_start_group(raft_host *h, uint64_t group, const uint64_t *members, size_t n,
                           uint64_t applied_index, strata_err *err);
+
+/*
+ * Removes `group` from the host (its table was dropped or the replica moved away).
+ * Pending submit and read callbacks fire with ERR_UNAVAILABLE INSIDE this call (the host
+ * has no loop to defer them to), after the group has left the table: a callback that
+ * submits to it again gets ERR_NOT_FOUND, and raft_host_start_group may start the id
+ * afresh. Storage completions already in flight for it are ignored when they arrive
+ * (they must still arrive or be dropped by the storage as usual); later messages for it
+ * are dropped as an unknown group. Storage is not touched: to forget the replica's log
+ * for good, drop it there too (wal_drop_group).
+ * Call it from a loop callback, never from inside one of the host's own callbacks
+ * (fsm, submit/read completion, transport, clock): that is refused with ERR_VALIDATION.
+ * ERR_NOT_FOUND for an unknown group.
+ */
+int raft_host_stop_group(raft_host *h, uint64_t group, strata_err *err);
+
+/* The state machine can take commands again after answering RAFT_HOST_APPLY_BUSY for
+ * `group`: applies again from the entry it refused, on (inside this call: submit and
+ * read callbacks may fire). A no-op when the group is unknown or not blocked. Call it
+ * from any loop callback, including a host callback of ANOTHER group, but not from
+ * inside apply() itself (ignored there: the group would stay blocked). */
+void raft_host_apply_resume(raft_host *h, uint64_t group);
+
+/*
+ * Log compaction: the state machine says every command up to `index` is durable in the
+ * engine (index <= the group's applied index), so the log below it is no longer needed
+ * for recovery. The host records a snapshot point (index, its term, the configuration
+ * then) with storage->set_snapshot, keeps `snapshot_trailing` entries below it, and
+ * forgets the rest (in memory now; storage drops it once the point is durable). A
+ * follower that later needs a forgotten entry gets the snapshot point and copies the
+ * state out of band (fsm.install). An index at or below the current snapshot point is a
+ * no-op (returns 0). ERR_NOT_FOUND unknown group; ERR_UNAVAILABLE group stopped, or
+ * installing a snapshot (retry later); ERR_VALIDATION index above applied, or no
+ * storage->set_snapshot; or the storage's error. Call from a loop callback or a host
+ * callback of another group; from inside the group's own apply() or completion callbacks
+ * it is refused (ERR_VALIDATION).
+ */
+int raft_host_compact(raft_host *h, uint64_t group, uint64_t index, strata_err *err);
+
+/* Completes an fsm.install() copy (see raft_host_fsm). Returns -1 with ERR_NOT_FOUND for a
+ * token the host does not wait for (stale, group stopped). Storage and the core are
+ * updated asynchronously: the group applies again once the snapshot point is durable. */
+int raft_host_snapshot_installed(raft_host *h, uint64_t token, int status,
+                                 uint64_t applied_index, strata_err *err);
 
 /* Feeds a message received from node `from` for `group`. Unknown groups, malformed or
  * inconsistent messages are dropped with -1 (ERR_NOT_FOUND / ERR_CORRUPT). */
@@ -226,5 +352,9 @@ void raft_msg_free(raft_msg_decoded *owner);
  * frees itself when it does not keep the entries for persistence: tell the decoder so
  * (after raft_step) and raft_msg_free will not free it again. */
 void raft_msg_batch_consumed(raft_msg_decoded *owner);
+/* A decoded InstallSnapshot's configuration (out->install_snapshot.conf) is freed by
+ * raft_msg_free unless it was handed to raft_step (which takes it over in every case):
+ * tell the decoder so. The message never carries snapshot data (data.base is NULL). */
+void raft_msg_conf_consumed(raft_msg_decoded *owner);
 
 #endif

@@ -14,7 +14,32 @@ struct raft_msg_decoded {
     struct raft_entry *entries;
     void *batch;      /* raft_malloc'd token every entry's `batch` points to (see below) */
     char address[24]; /* the sender's address as C-Raft sees it: its id in decimal */
+    struct raft_configuration conf; /* InstallSnapshot: built with C-Raft's allocator */
+    bool conf_owned;                /* conf is still ours to close */
 };
+
+/* InstallSnapshot: the configuration as repeated RaftServer. */
+static int encode_conf(const struct raft_configuration *c, Strata__Raft__RaftServer **ps,
+                       Strata__Raft__RaftServer ***pp, strata_err *err)
+{
+    *ps = calloc(c->n ? c->n : 1, sizeof **ps);
+    *pp = calloc(c->n ? c->n : 1, sizeof **pp);
+    if (*ps == NULL || *pp == NULL) {
+        free(*ps);
+        free(*pp);
+        *ps = NULL;
+        *pp = NULL;
+        return strata_err_set(err, ERR_NOMEM, "raft message encode");
+    }
+    for (unsigned i = 0; i < c->n; i++) {
+        strata__raft__raft_server__init(&(*ps)[i]);
+        (*ps)[i].id = c->servers[i].id;
+        (*ps)[i].address = c->servers[i].address != NULL ? c->servers[i].address : "";
+        (*ps)[i].role = (uint32_t)c->servers[i].role;
+        (*pp)[i] = &(*ps)[i];
+    }
+    return 0;
+}
 
 int raft_msg_encode(uint64_t group, uint64_t from, const struct raft_message *m,
                     const raft_host_entry *entries, uint8_t **out, size_t *out_len, strata_err *err)
@@ -25,8 +50,11 @@ int raft_msg_encode(uint64_t group, uint64_t from, const struct raft_message *m,
     Strata__Raft__RaftRequestVote rv = STRATA__RAFT__RAFT_REQUEST_VOTE__INIT;
     Strata__Raft__RaftRequestVoteResult rvr = STRATA__RAFT__RAFT_REQUEST_VOTE_RESULT__INIT;
     Strata__Raft__RaftTimeoutNow tn = STRATA__RAFT__RAFT_TIMEOUT_NOW__INIT;
+    Strata__Raft__RaftInstallSnapshot is = STRATA__RAFT__RAFT_INSTALL_SNAPSHOT__INIT;
     Strata__Raft__RaftEntry *pe = NULL;
     Strata__Raft__RaftEntry **pp = NULL;
+    Strata__Raft__RaftServer *ps = NULL;
+    Strata__Raft__RaftServer **psp = NULL;
 
     pb.group_id = group;
     pb.from_id = from;
@@ -110,22 +138,39 @@ int raft_msg_encode(uint64_t group, uint64_t from, const struct raft_message *m,
         pb.timeout_now = &tn;
         break;
     }
+    case RAFT_INSTALL_SNAPSHOT: {
+        /* Metadata only: the snapshot's data moves out of band (see raft_host.h). */
+        const struct raft_install_snapshot *a = &m->install_snapshot;
+        if (a->data.len != 0)
+            return strata_err_set(err, ERR_VALIDATION, "install snapshot carries no data");
+        if (encode_conf(&a->conf, &ps, &psp, err) != 0)
+            return -1;
+        pb.version = a->version;
+        is.term = a->term;
+        is.last_index = a->last_index;
+        is.last_term = a->last_term;
+        is.conf_index = a->conf_index;
+        is.n_conf = a->conf.n;
+        is.conf = psp;
+        pb.body_case = STRATA__RAFT__RAFT_MESSAGE__BODY_INSTALL_SNAPSHOT;
+        pb.install_snapshot = &is;
+        break;
+    }
     default:
-        /* InstallSnapshot is not supported yet (no snapshots: see raft_host.h). */
         return strata_err_set(err, ERR_VALIDATION, "raft message type %d not supported",
                               (int)m->type);
     }
 
     size_t len = strata__raft__raft_message__get_packed_size(&pb);
     uint8_t *buf = malloc(len > 0 ? len : 1);
-    if (buf == NULL) {
-        free(pe);
-        free(pp);
-        return strata_err_set(err, ERR_NOMEM, "raft message encode");
-    }
-    strata__raft__raft_message__pack(&pb, buf);
+    if (buf != NULL)
+        strata__raft__raft_message__pack(&pb, buf);
     free(pe);
     free(pp);
+    free(ps);
+    free(psp);
+    if (buf == NULL)
+        return strata_err_set(err, ERR_NOMEM, "raft message encode");
     *out = buf;
     *out_len = len;
     return 0;
@@ -159,6 +204,52 @@ static bool valid_configuration(const uint8_t *data, size_t len)
              conf.servers[i].role >= RAFT_STANDBY && conf.servers[i].role <= RAFT_SPARE;
     raft_configuration_close(&conf);
     return ok;
+}
+
+/* The configuration of an InstallSnapshot, rebuilt with C-Raft's allocator (the core
+ * takes it over). Addresses are the ids in decimal, as everywhere in the host. */
+static int decode_conf(raft_msg_decoded *d, const Strata__Raft__RaftInstallSnapshot *a,
+                       strata_err *err)
+{
+    raft_configuration_init(&d->conf);
+    d->conf_owned = true;
+    if (a->n_conf == 0 || a->n_conf > 1024)
+        return bad(err, "snapshot configuration size");
+    for (size_t i = 0; i < a->n_conf; i++) {
+        const Strata__Raft__RaftServer *sv = a->conf[i];
+        char addr[24];
+        if (sv->id == 0 || sv->role > RAFT_SPARE)
+            return bad(err, "snapshot configuration server");
+        snprintf(addr, sizeof addr, "%" PRIu64, sv->id);
+        int rv = raft_configuration_add(&d->conf, sv->id, addr, (int)sv->role);
+        if (rv == RAFT_NOMEM)
+            return strata_err_set(err, ERR_NOMEM, "raft message decode");
+        if (rv != 0)
+            return bad(err, "snapshot configuration server");
+    }
+    return 0;
+}
+
+static int decode_install_snapshot(raft_msg_decoded *d, const Strata__Raft__RaftInstallSnapshot *a,
+                                   unsigned char version, struct raft_message *out, strata_err *err)
+{
+    struct raft_install_snapshot *m = &out->install_snapshot;
+    out->type = RAFT_INSTALL_SNAPSHOT;
+    /* C-Raft asserts on these; data never travels in the message (out of band). */
+    if (a->term == 0 || a->last_index == 0 || a->last_term == 0 || a->last_term > a->term ||
+        a->conf_index == 0 || a->conf_index > a->last_index || a->data.len != 0)
+        return bad(err, "install snapshot header");
+    if (decode_conf(d, a, err) != 0)
+        return -1;
+    m->version = version;
+    m->term = a->term;
+    m->last_index = a->last_index;
+    m->last_term = a->last_term;
+    m->conf_index = a->conf_index;
+    m->conf = d->conf;
+    m->data.base = NULL;
+    m->data.len = 0;
+    return 0;
 }
 
 int raft_msg_decode(const void *bytes, size_t len, uint64_t *group, uint64_t *from,
@@ -283,8 +374,11 @@ int raft_msg_decode(const void *bytes, size_t len, uint64_t *group, uint64_t *fr
         break;
     }
     case STRATA__RAFT__RAFT_MESSAGE__BODY_INSTALL_SNAPSHOT:
-        raft_msg_free(d);
-        return strata_err_set(err, ERR_VALIDATION, "install snapshot not supported yet");
+        if (decode_install_snapshot(d, pb->install_snapshot, version, out, err) != 0) {
+            raft_msg_free(d);
+            return -1;
+        }
+        break;
     default:
         raft_msg_free(d);
         return bad(err, "no body");
@@ -304,7 +398,14 @@ void raft_msg_free(raft_msg_decoded *d)
     free(d->entries);
     if (d->batch != NULL)
         raft_free(d->batch);
+    if (d->conf_owned)
+        raft_configuration_close(&d->conf);
     free(d);
+}
+
+void raft_msg_conf_consumed(raft_msg_decoded *d)
+{
+    d->conf_owned = false;
 }
 
 void raft_msg_batch_consumed(raft_msg_decoded *d)

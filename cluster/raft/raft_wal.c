@@ -40,9 +40,6 @@ static int ws_load(void *ctx, uint64_t group, raft_host_loaded *out, strata_err 
         return strata_err_set(err, ERR_UNAVAILABLE, "raft wal storage detached");
     if (wal_group_state(s->w, group, &gi, err) != 0)
         return -1; /* ERR_NOT_FOUND for a new replica */
-    if (gi.snapshot_index != 0)
-        return strata_err_set(err, ERR_VALIDATION,
-                              "group %" PRIu64 ": snapshots are not supported yet", group);
     wal_entry *we = NULL;
     size_t n = 0, bytes = 0;
     if (gi.last_index >= gi.first_index &&
@@ -69,6 +66,12 @@ static int ws_load(void *ctx, uint64_t group, raft_host_loaded *out, strata_err 
     out->start_index = gi.first_index;
     out->entries = e;
     out->n = n;
+    /* The WAL keeps the metadata until this group's snapshot changes: the host copies
+     * it while starting the group, before it can record another point. */
+    out->snapshot_index = gi.snapshot_index;
+    out->snapshot_term = gi.snapshot_term;
+    out->snapshot_meta = gi.snapshot_meta;
+    out->snapshot_meta_len = gi.snapshot_meta_len;
     return 0;
 }
 
@@ -112,6 +115,33 @@ static int ws_append(void *ctx, uint64_t group, uint64_t first_index, const raft
     return 0;
 }
 
+static int ws_set_snapshot(void *ctx, uint64_t group, const raft_host_snapshot *sp,
+                           raft_storage_cb cb, void *cb_data, strata_err *err)
+{
+    raft_wal_storage *s = ctx;
+    if (s->detached)
+        return strata_err_set(err, ERR_UNAVAILABLE, "raft wal storage detached");
+    /* An installed snapshot replaces the whole log: entries above its index are stale
+     * (wal_set_snapshot drops the log only when the point is beyond its end). */
+    wal_group_info gi;
+    if (sp->replace_log && wal_group_state(s->w, group, &gi, NULL) == 0 &&
+        gi.last_index > sp->index && wal_truncate(s->w, group, sp->index + 1, NULL, NULL, err) != 0)
+        return -1;
+    completion *c = completion_new(cb, cb_data, err);
+    if (c == NULL)
+        return -1;
+    wal_snapshot ws = {.index = sp->index,
+                       .term = sp->term,
+                       .keep_from = sp->keep_from,
+                       .meta = sp->meta,
+                       .meta_len = sp->meta_len};
+    if (wal_set_snapshot(s->w, group, &ws, on_wal_done, c, err) != 0) {
+        free(c);
+        return -1;
+    }
+    return 0;
+}
+
 void raft_wal_storage_init(raft_wal_storage *s, wal *w, raft_host_storage *out)
 {
     s->w = w;
@@ -120,7 +150,8 @@ void raft_wal_storage_init(raft_wal_storage *s, wal *w, raft_host_storage *out)
                                .load = ws_load,
                                .release = NULL,
                                .set_term_vote = ws_term_vote,
-                               .append = ws_append};
+                               .append = ws_append,
+                               .set_snapshot = ws_set_snapshot};
 }
 
 void raft_wal_storage_detach(raft_wal_storage *s)

@@ -2,12 +2,12 @@
 #define STRATA_CLUSTER_RAFT_RAFT_WAL_H
 /*
  * raft_host's storage interface on the node's shared WAL (storage/wal/wal.h): term/vote
- * -> wal_set_term_vote, append -> wal_append (a conflicting suffix is replaced), load ->
- * wal_group_state + wal_read_entries. Completions arrive in request order, as raft_host
- * requires, once the WAL's group-commit fdatasync covering them has returned.
- *
- * Not supported yet: snapshots (a group whose WAL state has a snapshot fails to load with
- * ERR_VALIDATION) and advancing keep_from (the log is never compacted).
+ * -> wal_set_term_vote, append -> wal_append (a conflicting suffix is replaced),
+ * set_snapshot -> wal_set_snapshot (keep_from advances, so the WAL can delete segments;
+ * an installed snapshot first truncates any stored entries above its index), load ->
+ * wal_group_state + wal_read_entries, including the snapshot point and its metadata.
+ * Completions arrive in request order, as raft_host requires, once the WAL's
+ * group-commit fdatasync covering them has returned.
  *
  * Shutdown: call raft_wal_storage_detach() before wal_close(): later requests from the
  * host fail with ERR_UNAVAILABLE instead of touching a closing WAL; callbacks of requests

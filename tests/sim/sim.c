@@ -17,7 +17,21 @@
  *   disk:    operations complete in order after a random sync delay; only then are they
  *            durable. A crash drops every operation not yet synced (and its callback).
  *   nodes:   crash (host destroyed, disk keeps what was synced) and restart (host rebuilt
- *            from the simulated disk, state machine replayed from the log).
+ *            from the simulated disk; the state machine restarts from its durable copy and
+ *            the host replays the log above it).
+ *   engine:  every 10-30 ms each replica's state machine makes its state durable (now and
+ *            then) and compacts its log up to that point (raft_host_compact, 8 trailing
+ *            entries), so logs stay short under load and a replica that was down or cut
+ *            off falls behind the compacted log. It then catches up through fsm.install:
+ *            an out-of-band copy of the source's engine snapshot (frozen at the first
+ *            request, lost if the source restarts) in chunks of 16 indexes, each request
+ *            and chunk a simulated message that may be lost; a request is retried after
+ *            40 ms, and after 5 tries the copy is reported failed (the host retries it).
+ *            The copied commands are checked against the global record, and the copy must
+ *            not move a replica backwards.
+ *   engine:  the state machine answers RAFT_HOST_APPLY_BUSY to 3% of applies and resumes the
+ *            group on a later simulated event (1-20 ms), checking that nothing of the
+ *            group is applied meanwhile and that it restarts at the refused index.
  *   clients: writes `key := unique write id` and strong reads, sent to the node they
  *            believe leads (hint), or a random node.
  *
@@ -32,6 +46,8 @@
  *   5. strong reads are linearizable per key: a read returns a write whose log index is >=
  *      that of every write acknowledged before the read began and >= that of every read of
  *      the key completed before it began, and that write is in the final log at that index.
+ * `--inject stale-read|lying-disk|bad-copy` plants a bug (reads without a barrier, an
+ * fsync that lies, an engine snapshot missing its last write) that the checks must catch.
  */
 #include <inttypes.h>
 #include <stdarg.h>
@@ -50,9 +66,13 @@
 #define CLIENT_END_MS 4000
 #define SIM_END_MS    6000
 #define TRACE_LEN     48
+#define COPY_CHUNK    16 /* indexes per snapshot chunk */
+#define COPY_RETRY_MS 40
+#define COPY_ATTEMPTS 5
+#define COMPACT_GAP   12 /* compact once the durable index is this far past the last point */
 
 /* Deliberate bugs for `--inject`: each must make the checks fail on some seed. */
-enum { INJECT_NONE, INJECT_STALE_READ, INJECT_LYING_DISK };
+enum { INJECT_NONE, INJECT_STALE_READ, INJECT_LYING_DISK, INJECT_BAD_COPY };
 static int g_inject;
 static bool g_wild_net;
 
@@ -101,7 +121,19 @@ static bool chance(prng *p, unsigned per_mille)
 
 /* ---- events ---- */
 
-enum { EV_DELIVER, EV_DISK, EV_TIMER, EV_CLIENT, EV_FAULT, EV_HEAL_ALL };
+enum {
+    EV_DELIVER,
+    EV_DISK,
+    EV_TIMER,
+    EV_CLIENT,
+    EV_FAULT,
+    EV_HEAL_ALL,
+    EV_RESUME,
+    EV_FLUSH,
+    EV_COPY_REQ,
+    EV_COPY_CHUNK,
+    EV_COPY_TIMEOUT
+};
 
 typedef struct {
     uint64_t time;
@@ -113,6 +145,7 @@ typedef struct {
     uint64_t gen;
     uint8_t *bytes;
     size_t len;
+    uint64_t a, b; /* copy events: session and chunk (or request generation) */
 } event;
 
 typedef struct {
@@ -136,19 +169,27 @@ typedef struct {
     bool has;
     uint64_t term;
     uint64_t vote;
-    dentry *log; /* index 1 .. n */
+    uint64_t start; /* index of log[0] */
+    dentry *log;    /* indexes start .. start + n - 1 */
     size_t n;
     size_t cap;
+    uint64_t snap_index; /* snapshot point, 0 if none */
+    uint64_t snap_term;
+    uint8_t *meta;
+    size_t meta_len;
 } dgroup;
+
+enum { OP_TERM_VOTE, OP_APPEND, OP_SNAPSHOT };
 
 typedef struct dop {
     struct dop *next;
-    bool is_append;
+    int kind;
     uint64_t group;
     uint64_t term, vote;
     uint64_t first;
     dentry *ents;
     size_t n;
+    raft_host_snapshot snap; /* OP_SNAPSHOT; meta is a copy owned here */
     raft_storage_cb cb;
     void *cb_data;
 } dop;
@@ -161,6 +202,8 @@ typedef struct {
     uint64_t applied; /* last applied index */
     uint64_t kv_wid[NKEYS];
     uint64_t kv_idx[NKEYS];
+    uint64_t busy_index;  /* the index refused with RAFT_HOST_APPLY_BUSY, until resumed */
+    uint64_t retry_index; /* after the resume: the next apply must be this index */
 } fsm_group;
 
 struct sim;
@@ -175,8 +218,28 @@ typedef struct {
     dgroup disk[MAX_GROUPS];
     dop *pending_head, *pending_tail;
     uint64_t disk_busy_until;
-    fsm_group fsm[MAX_GROUPS];
+    fsm_group fsm[MAX_GROUPS];   /* the engine's live state */
+    fsm_group dur[MAX_GROUPS];   /* what the engine has made durable: a crash returns to it */
+    bool installing[MAX_GROUPS]; /* an out-of-band copy is under way */
 } node;
+
+/* An out-of-band snapshot copy (fsm.install): the destination pulls the source's engine
+ * snapshot, frozen at the first request, in chunks of COPY_CHUNK indexes; each request
+ * and chunk is a simulated message that may be lost, and a request unanswered within
+ * COPY_RETRY_MS is sent again (COPY_ATTEMPTS times, then the copy is reported failed). */
+typedef struct {
+    bool active;
+    int dest, src, group;
+    uint64_t dest_inc;
+    uint64_t index, token;
+    uint64_t next_chunk, nchunks;
+    unsigned attempts;
+    uint64_t req_gen;
+    bool frozen; /* the source's snapshot, lost if the source restarts */
+    uint64_t src_inc;
+    fsm_group snap;
+    fsm_group recv; /* assembled at the destination */
+} copy_session;
 
 typedef struct {
     struct sim *sim;
@@ -217,6 +280,8 @@ typedef struct sim {
     uint64_t read_max_idx[MAX_GROUPS][NKEYS];
     cop **ops;
     size_t nops, capops;
+    copy_session *sess;
+    size_t nsess, capsess;
     uint64_t next_wid;
     bool failed;
     char why[512];
@@ -225,7 +290,8 @@ typedef struct sim {
     bool verbose;
     int inject; /* deliberate bug, to show the checks can fail (INJECT_*) */
     /* stats */
-    uint64_t events, msgs, acked, reads_ok, crashes;
+    uint64_t events, msgs, acked, reads_ok, crashes, busy, snap_points, compactions, installs,
+        install_failures, chunks;
 } sim;
 
 static void fail(sim *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -327,16 +393,46 @@ static void dentries_free(dentry *e, size_t n)
     free(e);
 }
 
+static void disk_apply_snapshot(dgroup *d, dop *op)
+{
+    const raft_host_snapshot *sp = &op->snap;
+    d->snap_index = sp->index;
+    d->snap_term = sp->term;
+    free(d->meta);
+    d->meta = (uint8_t *)sp->meta;
+    d->meta_len = sp->meta_len;
+    op->snap.meta = NULL;
+    uint64_t keep = sp->replace_log ? d->start + d->n : sp->keep_from;
+    size_t drop = keep > d->start ? (size_t)(keep - d->start) : 0;
+    if (drop > d->n)
+        drop = d->n;
+    for (size_t i = 0; i < drop; i++)
+        free(d->log[i].data);
+    memmove(d->log, d->log + drop, (d->n - drop) * sizeof *d->log);
+    d->n -= drop;
+    d->start += drop;
+    if (sp->replace_log || (d->n == 0 && d->start <= sp->index))
+        d->start = sp->index + 1; /* installed, or a point beyond the log: it restarts there */
+}
+
 static void disk_apply(dgroup *d, dop *op)
 {
+    if (!d->has)
+        d->start = 1;
     d->has = true;
-    if (!op->is_append) {
+    if (op->kind == OP_TERM_VOTE) {
         d->term = op->term;
         d->vote = op->vote;
         return;
     }
-    /* Replace from op->first (keep 1 .. first-1). */
-    size_t keep = op->first - 1;
+    if (op->kind == OP_SNAPSHOT) {
+        disk_apply_snapshot(d, op);
+        return;
+    }
+    /* Replace from op->first (keep start .. first-1). */
+    if (d->n == 0)
+        d->start = op->first;
+    size_t keep = op->first > d->start ? (size_t)(op->first - d->start) : 0;
     if (keep > d->n)
         keep = d->n; /* a gap cannot happen: the host appends contiguously */
     for (size_t i = keep; i < d->n; i++)
@@ -383,8 +479,12 @@ static int st_load(void *ctx, uint64_t group, raft_host_loaded *out, strata_err 
         return strata_err_set(err, ERR_NOT_FOUND, "nothing stored");
     out->term = d->term;
     out->vote = d->vote;
-    out->start_index = 1;
+    out->start_index = d->start;
     out->n = d->n;
+    out->snapshot_index = d->snap_index;
+    out->snapshot_term = d->snap_term;
+    out->snapshot_meta = d->meta;
+    out->snapshot_meta_len = d->meta_len;
     out->entries = xcalloc(d->n, sizeof *out->entries);
     for (size_t i = 0; i < d->n; i++)
         out->entries[i] =
@@ -398,6 +498,7 @@ static int st_term_vote(void *ctx, uint64_t group, uint64_t term, uint64_t vote,
     (void)err;
     node *nd = ctx;
     dop *op = xcalloc(1, sizeof *op);
+    op->kind = OP_TERM_VOTE;
     op->group = group;
     op->term = term;
     op->vote = vote;
@@ -413,7 +514,7 @@ static int st_append(void *ctx, uint64_t group, uint64_t first, const raft_host_
     (void)err;
     node *nd = ctx;
     dop *op = xcalloc(1, sizeof *op);
-    op->is_append = true;
+    op->kind = OP_APPEND;
     op->group = group;
     op->first = first;
     op->n = n;
@@ -432,6 +533,33 @@ static int st_append(void *ctx, uint64_t group, uint64_t first, const raft_host_
     return 0;
 }
 
+static int st_set_snapshot(void *ctx, uint64_t group, const raft_host_snapshot *sp,
+                           raft_storage_cb cb, void *cb_data, strata_err *err)
+{
+    (void)err;
+    node *nd = ctx;
+    dop *op = xcalloc(1, sizeof *op);
+    op->kind = OP_SNAPSHOT;
+    op->group = group;
+    op->snap = *sp;
+    uint8_t *m = xcalloc(sp->meta_len ? sp->meta_len : 1, 1);
+    if (sp->meta_len)
+        memcpy(m, sp->meta, sp->meta_len);
+    op->snap.meta = m;
+    op->cb = cb;
+    op->cb_data = cb_data;
+    nd->sim->snap_points++;
+    disk_enqueue(nd, op);
+    return 0;
+}
+
+static void dop_free(dop *op)
+{
+    dentries_free(op->ents, op->n);
+    free((void *)op->snap.meta);
+    free(op);
+}
+
 static void disk_complete(node *nd)
 {
     dop *op = nd->pending_head;
@@ -443,8 +571,7 @@ static void disk_complete(node *nd)
     disk_apply(&nd->disk[op->group], op);
     raft_storage_cb cb = op->cb;
     void *data = op->cb_data;
-    dentries_free(op->ents, op->n);
-    free(op);
+    dop_free(op);
     if (cb != NULL)
         cb(data, 0);
 }
@@ -454,8 +581,7 @@ static void disk_drop_pending(node *nd)
     while (nd->pending_head != NULL) {
         dop *op = nd->pending_head;
         nd->pending_head = op->next;
-        dentries_free(op->ents, op->n);
-        free(op);
+        dop_free(op);
     }
     nd->pending_tail = NULL;
     nd->disk_busy_until = 0;
@@ -532,6 +658,28 @@ static int fsm_apply(void *ctx, uint64_t group, uint64_t index, const void *cmd,
     if (index <= f->applied)
         fail(s, "node %d group %" PRIu64 ": applied %" PRIu64 " after %" PRIu64, nd->id, group,
              index, f->applied);
+    if (nd->installing[group])
+        fail(s, "node %d group %" PRIu64 ": apply of %" PRIu64 " during a snapshot install", nd->id,
+             group, index);
+    /* Back-pressure: the engine is sometimes full. The host must then apply nothing of
+     * the group until the resume (a later simulated event), and restart at this index. */
+    if (f->busy_index != 0)
+        fail(s, "node %d group %" PRIu64 ": apply of %" PRIu64 " while blocked at %" PRIu64, nd->id,
+             group, index, f->busy_index);
+    if (f->retry_index != 0 && index != f->retry_index)
+        fail(s, "node %d group %" PRIu64 ": resumed at %" PRIu64 ", refused %" PRIu64, nd->id,
+             group, index, f->retry_index);
+    f->retry_index = 0;
+    if (chance(&s->rng, 30)) {
+        f->busy_index = index;
+        s->busy++;
+        push(s, (event){.time = s->now + 1 + rnd(&s->rng, 20),
+                        .type = EV_RESUME,
+                        .node = nd->id,
+                        .group = group,
+                        .gen = nd->incarnation});
+        return RAFT_HOST_APPLY_BUSY;
+    }
     f->applied = index;
     grow_u64(&f->wid, &f->cap, index);
     f->wid[index] = wid;
@@ -555,6 +703,215 @@ static int fsm_apply(void *ctx, uint64_t group, uint64_t index, const void *cmd,
     return 0;
 }
 
+/* ---- engine durability and out-of-band snapshot copies ---- */
+
+static void fsm_free(fsm_group *f)
+{
+    free(f->wid);
+    memset(f, 0, sizeof *f);
+}
+
+/* dst := src (deep), without the back-pressure bookkeeping. */
+static void fsm_copy(fsm_group *dst, const fsm_group *src)
+{
+    fsm_free(dst);
+    *dst = *src;
+    dst->wid = NULL;
+    dst->cap = 0;
+    dst->busy_index = dst->retry_index = 0;
+    if (src->wid != NULL) {
+        dst->wid = xcalloc(src->cap, sizeof *dst->wid);
+        memcpy(dst->wid, src->wid, src->cap * sizeof *dst->wid);
+        dst->cap = src->cap;
+    }
+}
+
+/* A simulated message on the copy path: same links, losses and ordering as Raft's. */
+static bool net_time(sim *s, int from, int to, uint64_t *t)
+{
+    if (s->now < FAULT_END_MS && (s->link_down[from][to] || chance(&s->rng, 20)))
+        return false;
+    *t = s->now + 1 + rnd(&s->rng, 8);
+    if (*t < s->link_last[from][to])
+        *t = s->link_last[from][to];
+    s->link_last[from][to] = *t;
+    return true;
+}
+
+static void copy_request(sim *s, copy_session *c)
+{
+    uint64_t id = (uint64_t)(c - s->sess), t;
+    c->req_gen++;
+    if (net_time(s, c->dest, c->src, &t))
+        push(s, (event){.time = t,
+                        .type = EV_COPY_REQ,
+                        .node = c->src,
+                        .from = c->dest,
+                        .a = id,
+                        .b = c->next_chunk});
+    push(s, (event){.time = s->now + COPY_RETRY_MS,
+                    .type = EV_COPY_TIMEOUT,
+                    .node = c->dest,
+                    .a = id,
+                    .b = c->req_gen});
+}
+
+static int fsm_install(void *ctx, uint64_t group, uint64_t index, uint64_t term, uint64_t from,
+                       uint64_t token)
+{
+    (void)term;
+    node *nd = ctx;
+    sim *s = nd->sim;
+    /* The engine's back-pressure state is moot: the snapshot supersedes the refused entry. */
+    nd->fsm[group].busy_index = nd->fsm[group].retry_index = 0;
+    nd->installing[group] = true;
+    if (from < 1 || from > (uint64_t)s->nnodes || from == (uint64_t)nd->id || chance(&s->rng, 50))
+        return -1; /* cannot start (sometimes on purpose): the host retries */
+    if (s->nsess == s->capsess) {
+        s->capsess = s->capsess ? s->capsess * 2 : 16;
+        copy_session *n = xcalloc(s->capsess, sizeof *n);
+        if (s->nsess)
+            memcpy(n, s->sess, s->nsess * sizeof *n);
+        free(s->sess);
+        s->sess = n;
+    }
+    copy_session *c = &s->sess[s->nsess++];
+    memset(c, 0, sizeof *c);
+    *c = (copy_session){.active = true,
+                        .dest = nd->id,
+                        .src = (int)from,
+                        .group = (int)group,
+                        .dest_inc = nd->incarnation,
+                        .index = index,
+                        .token = token};
+    copy_request(s, c);
+    return 0;
+}
+
+/* At the source: answer from its frozen engine snapshot (frozen by the first request). */
+static void copy_serve(sim *s, node *src, copy_session *c, uint64_t chunk)
+{
+    if (!c->active || !src->up)
+        return;
+    if (!c->frozen || c->src_inc != src->incarnation) {
+        const fsm_group *live = &src->fsm[c->group];
+        if (chunk != 0 || src->installing[c->group] || live->applied < c->index)
+            return; /* snapshot lost with a restart, or not far enough yet: no answer */
+        fsm_copy(&c->snap, live);
+        if (s->inject == INJECT_BAD_COPY && c->snap.applied > 0)
+            c->snap.wid[c->snap.applied] = 0; /* the engine snapshot misses its last write */
+        c->frozen = true;
+        c->src_inc = src->incarnation;
+        c->nchunks = (c->snap.applied + 1 + COPY_CHUNK - 1) / COPY_CHUNK;
+    }
+    uint64_t t;
+    s->chunks++;
+    if (net_time(s, src->id, c->dest, &t))
+        push(s, (event){.time = t,
+                        .type = EV_COPY_CHUNK,
+                        .node = c->dest,
+                        .from = src->id,
+                        .a = (uint64_t)(c - s->sess),
+                        .b = chunk});
+}
+
+/* Every copied command must be the one the cluster agreed on at its index. */
+static void check_copied(sim *s, const copy_session *c)
+{
+    const fsm_group *f = &c->recv;
+    for (uint64_t i = 1; i <= f->applied && !s->failed; i++) {
+        if (f->wid[i] == 0)
+            continue;
+        grow_u64(&s->global_wid[c->group], &s->global_cap[c->group], i);
+        uint64_t *gw = &s->global_wid[c->group][i];
+        if (*gw == 0)
+            *gw = f->wid[i];
+        else if (*gw != f->wid[i])
+            fail(s, "group %d index %" PRIu64 ": copied write %" PRIu64 ", applied %" PRIu64,
+                 c->group, i, f->wid[i], *gw);
+    }
+}
+
+static void copy_finish(sim *s, node *nd, copy_session *c)
+{
+    fsm_group *live = &nd->fsm[c->group];
+    c->active = false;
+    check_copied(s, c);
+    if (c->recv.applied < live->applied)
+        fail(s, "node %d group %d: install to %" PRIu64 " but %" PRIu64 " was applied", nd->id,
+             c->group, c->recv.applied, live->applied);
+    /* The installed state is durable before the host hears of it (raft_host.h). */
+    fsm_copy(live, &c->recv);
+    fsm_copy(&nd->dur[c->group], &c->recv);
+    nd->installing[c->group] = false;
+    s->installs++;
+    strata_err err;
+    if (raft_host_snapshot_installed(nd->host, c->token, 0, c->recv.applied, &err) != 0)
+        fail(s, "node %d group %d: install completion refused: %s", nd->id, c->group, err.msg);
+}
+
+/* At the destination: a chunk arrived (the bytes are the frozen snapshot's range). */
+static void copy_receive(sim *s, node *nd, copy_session *c, uint64_t chunk)
+{
+    if (!c->active || !nd->up || nd->incarnation != c->dest_inc || chunk != c->next_chunk)
+        return;
+    fsm_group *r = &c->recv;
+    uint64_t lo = chunk * COPY_CHUNK, hi = lo + COPY_CHUNK - 1;
+    if (hi > c->snap.applied)
+        hi = c->snap.applied;
+    grow_u64(&r->wid, &r->cap, hi);
+    for (uint64_t i = lo; i <= hi; i++)
+        r->wid[i] = c->snap.wid != NULL && i < c->snap.cap ? c->snap.wid[i] : 0;
+    c->next_chunk++;
+    c->attempts = 0;
+    if (c->next_chunk < c->nchunks) {
+        copy_request(s, c);
+        return;
+    }
+    r->applied = c->snap.applied; /* the last chunk carries the key/value heads too */
+    memcpy(r->kv_wid, c->snap.kv_wid, sizeof r->kv_wid);
+    memcpy(r->kv_idx, c->snap.kv_idx, sizeof r->kv_idx);
+    copy_finish(s, nd, c);
+}
+
+static void copy_timeout(sim *s, node *nd, copy_session *c, uint64_t gen)
+{
+    if (!c->active || !nd->up || nd->incarnation != c->dest_inc || gen != c->req_gen)
+        return;
+    if (++c->attempts < COPY_ATTEMPTS) {
+        copy_request(s, c);
+        return;
+    }
+    c->active = false;
+    s->install_failures++;
+    strata_err err;
+    if (raft_host_snapshot_installed(nd->host, c->token, -1, 0, &err) != 0)
+        fail(s, "node %d group %d: install failure refused: %s", nd->id, c->group, err.msg);
+}
+
+/* The engine makes its state durable now and then; the log below it may then go. */
+static void flush(sim *s)
+{
+    for (int i = 1; i <= s->nnodes; i++) {
+        node *nd = &s->nodes[i];
+        for (int g = 0; nd->up && g < s->ngroups; g++) {
+            if (!chance(&s->rng, 500))
+                continue;
+            fsm_copy(&nd->dur[g], &nd->fsm[g]);
+            raft_host_group_stats st;
+            strata_err err;
+            if (raft_host_group_info(nd->host, (uint64_t)g, &st, NULL) != 0 ||
+                nd->dur[g].applied < st.snapshot_index + COMPACT_GAP)
+                continue;
+            s->compactions++;
+            if (raft_host_compact(nd->host, (uint64_t)g, nd->dur[g].applied, &err) != 0 &&
+                err.code != ERR_UNAVAILABLE)
+                fail(s, "node %d group %d: compact at %" PRIu64 ": %s", i, g, nd->dur[g].applied,
+                     err.msg);
+        }
+    }
+}
+
 /* ---- nodes ---- */
 
 static void node_start(sim *s, node *nd)
@@ -562,17 +919,20 @@ static void node_start(sim *s, node *nd)
     strata_err err;
     raft_host_config cfg = {
         .node_id = (uint64_t)nd->id,
-        .storage = {.ctx = nd, .load = st_load, .set_term_vote = st_term_vote, .append = st_append},
+        .storage = {.ctx = nd,
+                    .load = st_load,
+                    .set_term_vote = st_term_vote,
+                    .append = st_append,
+                    .set_snapshot = st_set_snapshot},
         .transport = {.ctx = nd, .send = tr_send},
         .clock = {.ctx = nd, .now = ck_now, .arm = ck_arm},
-        .fsm = {.ctx = nd, .apply = fsm_apply},
+        .fsm = {.ctx = nd, .apply = fsm_apply, .install = fsm_install},
         .election_timeout_ms = 150,
         .heartbeat_timeout_ms = 30,
         .seed = s->seed * 31 + nd->incarnation,
+        .snapshot_trailing = 8,
+        .install_snapshot_timeout_ms = 300,
     };
-    memset(nd->fsm, 0, sizeof nd->fsm);
-    for (int g = 0; g < MAX_GROUPS; g++)
-        nd->fsm[g].wid = NULL;
     nd->host = raft_host_create(&cfg, &err);
     if (nd->host == NULL) {
         fail(s, "node %d: create: %s", nd->id, err.msg);
@@ -583,15 +943,17 @@ static void node_start(sim *s, node *nd)
     for (int i = 0; i < s->nnodes; i++)
         members[i] = (uint64_t)i + 1;
     for (int g = 0; g < s->ngroups; g++)
-        if (raft_host_start_group(nd->host, (uint64_t)g, members, (size_t)s->nnodes, 0, &err) != 0)
+        if (raft_host_start_group(nd->host, (uint64_t)g, members, (size_t)s->nnodes,
+                                  nd->fsm[g].applied, &err) != 0)
             fail(s, "node %d group %d: start: %s", nd->id, g, err.msg);
 }
 
+/* A crash loses what the engine had not made durable. */
 static void fsm_reset(node *nd)
 {
     for (int g = 0; g < MAX_GROUPS; g++) {
-        free(nd->fsm[g].wid);
-        memset(&nd->fsm[g], 0, sizeof nd->fsm[g]);
+        fsm_copy(&nd->fsm[g], &nd->dur[g]);
+        nd->installing[g] = false;
     }
 }
 
@@ -806,8 +1168,9 @@ static void final_checks(sim *s)
 
 static const char *ev_name(int t)
 {
-    static const char *names[] = {"deliver", "disk", "timer", "client", "fault", "heal"};
-    return t >= 0 && t <= EV_HEAL_ALL ? names[t] : "?";
+    static const char *names[] = {"deliver", "disk",  "timer", "client",    "fault",     "heal",
+                                  "resume",  "flush", "copy",  "copy-data", "copy-retry"};
+    return t >= 0 && t <= EV_COPY_TIMEOUT ? names[t] : "?";
 }
 
 static void record(sim *s, const event *e)
@@ -875,6 +1238,27 @@ static void handle(sim *s, event *e)
             if (!s->nodes[i].up)
                 node_start(s, &s->nodes[i]);
         break;
+    case EV_FLUSH:
+        flush(s);
+        push(s, (event){.time = s->now + 10 + rnd(&s->rng, 20), .type = EV_FLUSH});
+        break;
+    case EV_COPY_REQ:
+        copy_serve(s, nd, &s->sess[e->a], e->b);
+        break;
+    case EV_COPY_CHUNK:
+        copy_receive(s, nd, &s->sess[e->a], e->b);
+        break;
+    case EV_COPY_TIMEOUT:
+        copy_timeout(s, nd, &s->sess[e->a], e->b);
+        break;
+    case EV_RESUME:
+        if (nd->up && e->gen == nd->incarnation) {
+            fsm_group *f = &nd->fsm[e->group];
+            f->retry_index = f->busy_index;
+            f->busy_index = 0;
+            raft_host_apply_resume(nd->host, e->group);
+        }
+        break;
     }
 }
 
@@ -899,6 +1283,7 @@ static bool run_seed(uint64_t seed, int nodes_opt, bool verbose)
     push(s, (event){.time = 100 + rnd(&s->rng, 100), .type = EV_CLIENT});
     push(s, (event){.time = 200 + rnd(&s->rng, 300), .type = EV_FAULT});
     push(s, (event){.time = FAULT_END_MS, .type = EV_HEAL_ALL});
+    push(s, (event){.time = 20 + rnd(&s->rng, 20), .type = EV_FLUSH});
 
     while (s->nheap > 0 && !s->failed) {
         event e = pop(s);
@@ -924,8 +1309,12 @@ static bool run_seed(uint64_t seed, int nodes_opt, bool verbose)
     } else if (verbose) {
         printf("seed %" PRIu64 ": %d nodes, %d groups, %" PRIu64 " events, %" PRIu64
                " messages, %" PRIu64 " writes acked, %" PRIu64 " strong reads, %" PRIu64
-               " crashes; applied",
-               seed, s->nnodes, s->ngroups, s->events, s->msgs, s->acked, s->reads_ok, s->crashes);
+               " crashes, %" PRIu64 " busy applies, %" PRIu64 " compactions, %" PRIu64
+               " snapshot points, %" PRIu64 " installs (%" PRIu64 " copies failed, %" PRIu64
+               " chunks); applied",
+               seed, s->nnodes, s->ngroups, s->events, s->msgs, s->acked, s->reads_ok, s->crashes,
+               s->busy, s->compactions, s->snap_points, s->installs, s->install_failures,
+               s->chunks);
         for (int g = 0; g < s->ngroups; g++)
             printf(" g%d=%" PRIu64 "/%016" PRIx64, g, s->nodes[1].fsm[g].applied,
                    digest(&s->nodes[1].fsm[g]));
@@ -941,6 +1330,9 @@ static bool run_seed(uint64_t seed, int nodes_opt, bool verbose)
             for (size_t k = 0; k < nd->disk[g].n; k++)
                 free(nd->disk[g].log[k].data);
             free(nd->disk[g].log);
+            free(nd->disk[g].meta);
+            fsm_free(&nd->fsm[g]);
+            fsm_free(&nd->dur[g]);
         }
     }
     while (s->nheap > 0) {
@@ -951,6 +1343,11 @@ static bool run_seed(uint64_t seed, int nodes_opt, bool verbose)
     for (size_t k = 0; k < s->nops; k++)
         free(s->ops[k]);
     free(s->ops);
+    for (size_t k = 0; k < s->nsess; k++) {
+        fsm_free(&s->sess[k].snap);
+        fsm_free(&s->sess[k].recv);
+    }
+    free(s->sess);
     for (int g = 0; g < MAX_GROUPS; g++) {
         free(s->term_leader[g]);
         free(s->global_wid[g]);
@@ -963,7 +1360,7 @@ static bool run_seed(uint64_t seed, int nodes_opt, bool verbose)
 static void usage(void)
 {
     fprintf(stderr, "usage: sim (--seed N | --seeds A-B) [--nodes 3|5] [--inject "
-                    "stale-read|lying-disk] [-v]\n");
+                    "stale-read|lying-disk|bad-copy] [-v]\n");
     exit(2);
 }
 
@@ -989,6 +1386,8 @@ int main(int argc, char **argv)
                 g_inject = INJECT_STALE_READ;
             else if (strcmp(argv[i], "lying-disk") == 0)
                 g_inject = INJECT_LYING_DISK;
+            else if (strcmp(argv[i], "bad-copy") == 0)
+                g_inject = INJECT_BAD_COPY;
             else
                 usage();
         } else if (strcmp(argv[i], "--wild-net") == 0) {

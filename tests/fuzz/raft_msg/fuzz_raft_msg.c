@@ -2,7 +2,8 @@
  * Fuzzes the Raft message decoder (cluster/raft/raft_msg.c) and what the host does with a
  * decoded message: decode, re-encode and decode again (fields must survive), then feed
  * the bytes to a fresh raft_host whose group has members 1, 2, 3 (so C-Raft's core sees
- * every message the decoder accepts, and must not assert on any).
+ * every message the decoder accepts, and must not assert on any). An InstallSnapshot the
+ * host accepts is installed (the out-of-band copy "succeeds" at once).
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -73,6 +74,28 @@ static int st_append(void *c, uint64_t g, uint64_t f, const raft_host_entry *en,
     push_io(cb, d);
     return 0;
 }
+static int st_snap(void *c, uint64_t g, const raft_host_snapshot *sp, raft_storage_cb cb, void *d,
+                   strata_err *e)
+{
+    (void)c;
+    (void)g;
+    (void)sp;
+    (void)e;
+    push_io(cb, d);
+    return 0;
+}
+static uint64_t install_token, install_index;
+static int fsm_install(void *c, uint64_t g, uint64_t index, uint64_t term, uint64_t from,
+                       uint64_t token)
+{
+    (void)c;
+    (void)g;
+    (void)term;
+    (void)from;
+    install_token = token;
+    install_index = index;
+    return 0;
+}
 static void flush(bool run)
 {
     while (ios != NULL) {
@@ -140,10 +163,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* Through a host: node 1 of group `group`, sender `from`. */
     raft_host_config cfg = {
         .node_id = 1,
-        .storage = {.load = st_load, .set_term_vote = st_tv, .append = st_append},
+        .storage = {.load = st_load,
+                    .set_term_vote = st_tv,
+                    .append = st_append,
+                    .set_snapshot = st_snap},
         .transport = {.send = tr_send},
         .clock = {.now = ck_now, .arm = ck_arm},
-        .fsm = {.apply = fsm_apply},
+        .fsm = {.apply = fsm_apply, .install = fsm_install},
         .election_timeout_ms = 100,
         .heartbeat_timeout_ms = 20,
     };
@@ -152,8 +178,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uint64_t members[] = {1, 2, 3};
     if (h != NULL && raft_host_start_group(h, group, members, 3, 0, NULL) == 0) {
         flush(true);
+        install_token = 0;
         raft_host_receive(h, from, group, data, size, NULL);
         flush(true);
+        if (install_token != 0) {
+            raft_host_snapshot_installed(h, install_token, 0, install_index, NULL);
+            flush(true);
+        }
         now_ms += 1000;
         raft_host_tick(h);
         flush(true);

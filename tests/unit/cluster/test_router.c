@@ -86,12 +86,48 @@ static void fake_stats(const uint8_t *result, size_t len, partition_stats *delta
     }
 }
 
+/* The fake state machine's read: req->key is an AV_S naming the engine key under
+ * req->hash_lo; the value comes back as items[0] (AV_S). */
+static int fake_read(struct lsm *engine, const partition_desc *p, const partition_read_req *req,
+                     arena *a, partition_read_res *res, strata_err *err)
+{
+    char key[64];
+    size_t n = req->key->u.bytes.len < sizeof key - 1 ? req->key->u.bytes.len : sizeof key - 1;
+    memcpy(key, req->key->u.bytes.ptr, n);
+    key[n] = '\0';
+    uint8_t k[128];
+    size_t klen = item_key(k, p->table_id, req->hash_lo, key);
+    buf v;
+    buf_init(&v, 0);
+    memset(res, 0, sizeof *res);
+    int found = lsm_get(engine, NULL, k, klen, &v, err);
+    if (found < 0) {
+        buf_free(&v);
+        return -1;
+    }
+    res->found = found == 1;
+    if (res->found) {
+        av *item = arena_zalloc(a, sizeof *item);
+        uint8_t *copy = arena_memdup(a, v.data, v.len + 1);
+        assert_non_null(item);
+        assert_non_null(copy);
+        item->type = AV_S;
+        item->u.bytes.ptr = copy;
+        item->u.bytes.len = (uint32_t)v.len;
+        res->items = item;
+        res->count = 1;
+    }
+    buf_free(&v);
+    return 0;
+}
+
 /* ---- fixture ---- */
 
 typedef struct {
     char dir[64];
     uv_loop_t loop;
     router *r;
+    arena arena; /* read results */
 } fixture;
 
 static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
@@ -107,7 +143,7 @@ static router *open_router(fixture *f)
     router_config cfg = {
         .loop = &f->loop,
         .data_dir = f->dir,
-        .ops = {.apply = fake_apply, .result_stats = fake_stats},
+        .ops = {.apply = fake_apply, .result_stats = fake_stats, .read = fake_read},
         .region = "eu-west-1",
         .wal_segment_size = 1 << 20, /* recovery scans whole segments: keep tests fast */
     };
@@ -124,6 +160,7 @@ static int setup(void **state)
     strcpy(f->dir, "/tmp/strata-router-XXXXXX");
     assert_non_null(mkdtemp(f->dir));
     uv_loop_init(&f->loop);
+    arena_init(&f->arena, 1 << 20);
     f->r = open_router(f);
     *state = f;
     return 0;
@@ -137,6 +174,7 @@ static int teardown(void **state)
     uv_run(&f->loop, UV_RUN_NOWAIT);
     assert_int_equal(uv_loop_close(&f->loop), 0);
     nftw(f->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    arena_free(&f->arena);
     free(f);
     return 0;
 }
@@ -240,7 +278,7 @@ typedef struct {
     char value[32];
 } read_ctx;
 
-static void on_read(void *ctx, const strata_err *err, struct lsm *engine, const partition_desc *p)
+static void on_read(void *ctx, const strata_err *err, partition_read_res *res)
 {
     read_ctx *rc = ctx;
     rc->done++;
@@ -248,14 +286,20 @@ static void on_read(void *ctx, const strata_err *err, struct lsm *engine, const 
         rc->code = err->code;
         return;
     }
-    uint8_t k[128];
-    size_t klen = item_key(k, p->table_id, rc->hash, rc->key);
-    buf v;
-    buf_init(&v, 0);
-    rc->found = lsm_get(engine, NULL, k, klen, &v, NULL);
-    if (rc->found == 1 && v.len < sizeof rc->value)
-        memcpy(rc->value, v.data, v.len);
-    buf_free(&v);
+    rc->found = res->found;
+    if (res->found && res->items[0].u.bytes.len < sizeof rc->value)
+        memcpy(rc->value, res->items[0].u.bytes.ptr, res->items[0].u.bytes.len);
+}
+
+/* A read request for the fake state machine (see fake_read). */
+static partition_read_req fake_req(const char *key, uint64_t hash, av *key_av)
+{
+    key_av->type = AV_S;
+    key_av->u.bytes.ptr = (const uint8_t *)key;
+    key_av->u.bytes.len = (uint32_t)strlen(key);
+    partition_read_req req = {
+        .kind = PARTITION_GET, .key = key_av, .hash_lo = hash, .consistent = true};
+    return req;
 }
 
 static int read_key(fixture *f, uint32_t table_id, int i, char *value)
@@ -266,7 +310,9 @@ static int read_key(fixture *f, uint32_t table_id, int i, char *value)
     snprintf(key, sizeof key, "k%d", i);
     read_ctx rc = {.hash = hash_of(i), .key = key};
     strata_err err;
-    assert_int_equal(router_read(f->r, table_id, p->id, true, on_read, &rc, &err), 0);
+    av key_av;
+    partition_read_req req = fake_req(key, hash_of(i), &key_av);
+    assert_int_equal(router_read(f->r, table_id, p->id, &req, &f->arena, on_read, &rc, &err), 0);
     assert_int_equal(rc.done, 0);
     wait_for(f, &rc.done, 1);
     assert_int_equal(rc.code, ERR_NONE);
@@ -316,7 +362,9 @@ static void test_errors(void **state)
     assert_int_equal(router_write(f->r, 42, 1, cmd, len, on_done, &o, &err), -1);
     assert_int_equal(err.code, ERR_RESOURCE_NOT_FOUND);
     read_ctx rc = {0};
-    assert_int_equal(router_read(f->r, 42, 1, true, on_read, &rc, &err), -1);
+    av key_av;
+    partition_read_req req = fake_req("a", 1, &key_av);
+    assert_int_equal(router_read(f->r, 42, 1, &req, &f->arena, on_read, &rc, &err), -1);
     assert_int_equal(err.code, ERR_RESOURCE_NOT_FOUND);
     const partition_desc *parts;
     size_t n;
@@ -325,7 +373,7 @@ static void test_errors(void **state)
     uint32_t tid;
     create_table(f, &tid, "t2", 2);
     /* A partition id of another table. */
-    assert_int_equal(router_read(f->r, tid + 1, 1, true, on_read, &rc, &err), -1);
+    assert_int_equal(router_read(f->r, tid + 1, 1, &req, &f->arena, on_read, &rc, &err), -1);
     /* An apply error reaches the callback. */
     len = make_cmd(cmd, 'X', 5, "a", "b");
     assert_int_equal(router_write(f->r, tid, 5, cmd, len, on_done, &o, &err), 0);
@@ -506,7 +554,9 @@ static void test_busy_retry(void **state)
     f->r = open_router(f);
     read_ctx rc = {.hash = 11, .key = "kb"};
     const partition_desc *p = router_partition_for_hash(f->r, tid, 11);
-    assert_int_equal(router_read(f->r, tid, p->id, true, on_read, &rc, NULL), 0);
+    av key_av;
+    partition_read_req req = fake_req("kb", 11, &key_av);
+    assert_int_equal(router_read(f->r, tid, p->id, &req, &f->arena, on_read, &rc, NULL), 0);
     wait_for(f, &rc.done, 1);
     assert_int_equal(rc.found, 1);
     assert_string_equal(rc.value, "vb");

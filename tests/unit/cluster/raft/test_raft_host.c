@@ -30,6 +30,18 @@ typedef struct {
     bool refuse_appends;
     bool has_state; /* load: pretend storage holds nothing unless set */
     uint64_t applied_count;
+    int busy_answers;     /* apply answers RAFT_HOST_APPLY_BUSY this many times */
+    uint64_t last_busy;   /* index of the last refused command */
+    raft_host *stop_host; /* apply tries raft_host_stop_group(stop_host, 5) */
+    int stop_rc;
+    strata_code stop_code;
+    int snapshots; /* set_snapshot calls */
+    bool last_replace;
+    int install_calls;
+    uint64_t install_index, install_from, install_token;
+    raft_host *compact_host; /* apply tries raft_host_compact(compact_host, 5, 1) */
+    int compact_rc;
+    strata_code compact_code;
 } env;
 
 static uint64_t ck_now(void *ctx)
@@ -48,6 +60,35 @@ static int st_load(void *ctx, uint64_t group, raft_host_loaded *out, strata_err 
     (void)group;
     (void)out;
     return strata_err_set(err, ERR_NOT_FOUND, "empty");
+}
+
+static void queue_io(env *e, raft_storage_cb cb, void *data);
+
+static int st_snap(void *ctx, uint64_t group, const raft_host_snapshot *sp, raft_storage_cb cb,
+                   void *data, strata_err *err)
+{
+    env *e = ctx;
+    (void)group;
+    (void)err;
+    assert_true(sp->keep_from <= sp->index + 1);
+    assert_true(sp->meta_len > 8);
+    e->snapshots++;
+    e->last_replace = sp->replace_log;
+    queue_io(e, cb, data);
+    return 0;
+}
+
+static int fsm_install(void *ctx, uint64_t group, uint64_t index, uint64_t term, uint64_t from,
+                       uint64_t token)
+{
+    env *e = ctx;
+    (void)group;
+    assert_true(term > 0);
+    e->install_calls++;
+    e->install_index = index;
+    e->install_from = from;
+    e->install_token = token;
+    return 0;
 }
 
 static void queue_io(env *e, raft_storage_cb cb, void *data)
@@ -127,7 +168,23 @@ static int fsm_apply(void *ctx, uint64_t group, uint64_t index, const void *cmd,
 {
     env *e = ctx;
     (void)group;
-    (void)index;
+    if (e->compact_host != NULL) {
+        strata_err err;
+        e->compact_rc = raft_host_compact(e->compact_host, 5, 1, &err);
+        e->compact_code = err.code;
+        e->compact_host = NULL;
+    }
+    if (e->stop_host != NULL) {
+        strata_err err;
+        e->stop_rc = raft_host_stop_group(e->stop_host, 5, &err);
+        e->stop_code = err.code;
+        e->stop_host = NULL;
+    }
+    if (e->busy_answers > 0) {
+        e->busy_answers--;
+        e->last_busy = index;
+        return RAFT_HOST_APPLY_BUSY;
+    }
     e->applied_count++;
     /* Result: the command reversed. */
     uint8_t *r = malloc(len ? len : 1);
@@ -142,13 +199,19 @@ static raft_host_config config(env *e, uint64_t node)
 {
     return (raft_host_config){
         .node_id = node,
-        .storage = {.ctx = e, .load = st_load, .set_term_vote = st_tv, .append = st_append},
+        .storage = {.ctx = e,
+                    .load = st_load,
+                    .set_term_vote = st_tv,
+                    .append = st_append,
+                    .set_snapshot = st_snap},
         .transport = {.ctx = e, .send = tr_send},
         .clock = {.ctx = e, .now = ck_now, .arm = ck_arm},
-        .fsm = {.ctx = e, .apply = fsm_apply},
+        .fsm = {.ctx = e, .apply = fsm_apply, .install = fsm_install},
         .election_timeout_ms = 100,
         .heartbeat_timeout_ms = 20,
         .seed = 1,
+        .snapshot_trailing = 2,
+        .install_snapshot_timeout_ms = 200,
     };
 }
 
@@ -332,6 +395,123 @@ static void test_destroy_fails_pending(void **state)
     assert_int_equal(r.code, ERR_UNAVAILABLE);
 }
 
+static void test_apply_busy_and_resume(void **state)
+{
+    (void)state;
+    env e = {0};
+    strata_err err;
+    raft_host_config c = config(&e, 1);
+    raft_host *h = raft_host_create(&c, &err);
+    uint64_t m[] = {1};
+    assert_int_equal(raft_host_start_group(h, 5, m, 1, 0, &err), 0);
+    flush_io(&e, 0);
+    raft_host_apply_resume(h, 5); /* not blocked: a no-op */
+    raft_host_apply_resume(h, 9); /* unknown group: a no-op */
+
+    outcome_rec w1 = {0}, w2 = {0}, r = {0};
+    e.busy_answers = 2; /* refused twice: once first, once again right after a resume */
+    assert_int_equal(raft_host_submit(h, 5, "abc", 3, record, &w1, &err), 0);
+    assert_int_equal(raft_host_submit(h, 5, "de", 2, record, &w2, &err), 0);
+    assert_int_equal(raft_host_read_barrier(h, 5, record, &r, &err), 0);
+    flush_io(&e, 0);
+    raft_host_group_stats st;
+    assert_int_equal(raft_host_group_info(h, 5, &st, &err), 0);
+    assert_true(st.apply_blocked);
+    assert_false(st.failed);
+    assert_int_equal(e.last_busy, 2);
+    assert_int_equal(st.applied_index, 1); /* the bootstrap configuration only */
+    assert_true(st.commit_index >= 3);
+    assert_int_equal(e.applied_count, 0);
+    assert_int_equal(w1.calls + w2.calls + r.calls, 0); /* everything waits */
+
+    raft_host_apply_resume(h, 5); /* refused again: still blocked at the same entry */
+    assert_int_equal(raft_host_group_info(h, 5, &st, &err), 0);
+    assert_true(st.apply_blocked);
+    assert_int_equal(e.last_busy, 2);
+    assert_int_equal(w1.calls, 0);
+
+    raft_host_apply_resume(h, 5);
+    assert_int_equal(e.applied_count, 2);
+    assert_int_equal(w1.calls, 1);
+    assert_int_equal(w1.code, ERR_NONE);
+    assert_int_equal(w1.index, 2);
+    assert_memory_equal(w1.result, "cba", 3);
+    assert_int_equal(w2.calls, 1);
+    assert_int_equal(w2.index, 3);
+    assert_memory_equal(w2.result, "ed", 2);
+    assert_int_equal(r.calls, 1);
+    assert_int_equal(r.code, ERR_NONE);
+    assert_int_equal(raft_host_group_info(h, 5, &st, &err), 0);
+    assert_false(st.apply_blocked);
+    assert_int_equal(st.applied_index, st.commit_index);
+    raft_host_destroy(h);
+    drop_io(&e);
+}
+
+static void test_stop_group(void **state)
+{
+    (void)state;
+    env e = {0};
+    strata_err err;
+    raft_host_config c = config(&e, 1);
+    raft_host *h = raft_host_create(&c, &err);
+    uint64_t m[] = {1};
+    /* Many groups, so removal from the host's table is exercised around neighbours. */
+    for (uint64_t g = 1; g <= 40; g++)
+        assert_int_equal(raft_host_start_group(h, g, m, 1, 0, &err), 0);
+    flush_io(&e, 0);
+
+    outcome_rec w = {0}, r = {0};
+    assert_int_equal(raft_host_submit(h, 5, "abc", 3, record, &w, &err), 0);
+    assert_int_equal(raft_host_read_barrier(h, 5, record, &r, &err), 0);
+    assert_int_equal(raft_host_stop_group(h, 5, &err), 0); /* its appends are in flight */
+    assert_int_equal(w.calls, 1);
+    assert_int_equal(w.code, ERR_UNAVAILABLE);
+    assert_int_equal(r.calls, 1);
+    assert_int_equal(r.code, ERR_UNAVAILABLE);
+    flush_io(&e, 0); /* completions for the stopped group arrive: ignored */
+    assert_int_equal(e.applied_count, 0);
+
+    assert_int_equal(raft_host_submit(h, 5, "x", 1, record, &w, &err), -1);
+    assert_int_equal(err.code, ERR_NOT_FOUND);
+    assert_int_equal(raft_host_receive(h, 2, 5, "x", 1, &err), -1);
+    assert_int_equal(err.code, ERR_NOT_FOUND);
+    raft_host_group_stats st;
+    assert_int_equal(raft_host_group_info(h, 5, &st, &err), -1);
+    assert_int_equal(err.code, ERR_NOT_FOUND);
+    assert_int_equal(raft_host_stop_group(h, 5, &err), -1);
+    assert_int_equal(err.code, ERR_NOT_FOUND);
+    for (uint64_t g = 1; g <= 40; g++)
+        if (g % 3 == 0)
+            assert_int_equal(raft_host_stop_group(h, g, &err), 0);
+    for (uint64_t g = 1; g <= 40; g++)
+        assert_int_equal(raft_host_group_info(h, g, &st, NULL), g % 3 == 0 || g == 5 ? -1 : 0);
+
+    /* The id can start afresh, and works. */
+    assert_int_equal(raft_host_start_group(h, 5, m, 1, 0, &err), 0);
+    flush_io(&e, 0);
+    outcome_rec w2 = {0};
+    assert_int_equal(raft_host_submit(h, 5, "abc", 3, record, &w2, &err), 0);
+    flush_io(&e, 0);
+    assert_int_equal(w2.calls, 1);
+    assert_int_equal(w2.code, ERR_NONE);
+
+    /* Refused from inside a host callback (here: apply). */
+    e.stop_host = h;
+    outcome_rec w3 = {0};
+    assert_int_equal(raft_host_submit(h, 7, "q", 1, record, &w3, &err), 0);
+    flush_io(&e, 0);
+    assert_int_equal(e.stop_rc, -1);
+    assert_int_equal(e.stop_code, ERR_VALIDATION);
+    assert_int_equal(w3.code, ERR_NONE);
+
+    /* Stopped with writes in flight, then the host is destroyed before they complete. */
+    assert_int_equal(raft_host_submit(h, 8, "q", 1, record, &w3, &err), 0);
+    assert_int_equal(raft_host_stop_group(h, 8, &err), 0);
+    raft_host_destroy(h);
+    drop_io(&e);
+}
+
 /* ---- three hosts routed by hand ---- */
 
 typedef struct qmsg {
@@ -460,6 +640,283 @@ static void test_deposed_leader_fails_pending(void **state)
     }
 }
 
+static void cluster_start(void)
+{
+    strata_err err;
+    uint64_t m[] = {1, 2, 3};
+    memset(cenv, 0, sizeof cenv);
+    memset(cut, 0, sizeof cut);
+    for (int i = 1; i <= 3; i++) {
+        raft_host_config c = config(&cenv[i], (uint64_t)i);
+        c.transport.send = q_send;
+        c.seed = (uint64_t)i * 7;
+        ch[i] = raft_host_create(&c, &err);
+        assert_non_null(ch[i]);
+        assert_int_equal(raft_host_start_group(ch[i], 1, m, 3, 0, &err), 0);
+    }
+}
+
+static void cluster_stop(void)
+{
+    for (int i = 1; i <= 3; i++) {
+        if (ch[i] != NULL)
+            raft_host_destroy(ch[i]);
+        drop_io(&cenv[i]);
+    }
+    while (q_head != NULL) {
+        qmsg *q = q_head;
+        q_head = q->next;
+        free(q->b);
+        free(q);
+    }
+}
+
+/* Submits n commands at the leader and runs until they are acknowledged. */
+static int cluster_write(int n)
+{
+    int l = 0;
+    for (int r = 0; r < 400 && l == 0; r++) {
+        cluster_round();
+        l = cluster_leader();
+    }
+    assert_int_not_equal(l, 0);
+    outcome_rec w = {0};
+    strata_err err;
+    for (int i = 0; i < n; i++)
+        assert_int_equal(raft_host_submit(ch[l], 1, "abc", 3, record, &w, &err), 0);
+    for (int r = 0; r < 400 && w.calls < n; r++)
+        cluster_round();
+    assert_int_equal(w.calls, n);
+    assert_int_equal(w.code, ERR_NONE);
+    return l;
+}
+
+static void compact_at_applied(int i)
+{
+    raft_host_group_stats st;
+    strata_err err;
+    assert_int_equal(raft_host_group_info(ch[i], 1, &st, &err), 0);
+    assert_int_equal(raft_host_compact(ch[i], 1, st.applied_index, &err), 0);
+}
+
+static void test_install_retry_and_stop(void **state)
+{
+    (void)state;
+    strata_err err;
+    cluster_start();
+    int l = cluster_write(3);
+    int f = l % 3 + 1, o = f % 3 + 1;
+    if (o == l)
+        o = o % 3 + 1;
+
+    /* f misses 20 writes that the others then compact away. */
+    cut[f] = true;
+    assert_int_equal(cluster_write(20), l);
+    compact_at_applied(l);
+    compact_at_applied(o);
+    raft_host_group_stats st;
+    assert_int_equal(raft_host_group_info(ch[l], 1, &st, &err), 0);
+    uint64_t snap = st.snapshot_index;
+    assert_true(snap >= 23);
+    cut[f] = false;
+    for (int r = 0; r < 400 && cenv[f].install_calls == 0; r++)
+        cluster_round();
+    assert_int_equal(cenv[f].install_calls, 1);
+    assert_int_equal(cenv[f].install_index, snap);
+    assert_int_equal(cenv[f].install_from, (uint64_t)l);
+    assert_int_equal(raft_host_group_info(ch[f], 1, &st, &err), 0);
+    assert_true(st.installing);
+
+    /* The copy fails: the host asks again later, with a new token. */
+    uint64_t t1 = cenv[f].install_token;
+    assert_int_equal(raft_host_snapshot_installed(ch[f], t1, -1, 0, &err), 0);
+    assert_int_equal(raft_host_snapshot_installed(ch[f], t1, 0, snap, &err), -1);
+    assert_int_equal(err.code, ERR_NOT_FOUND);
+    for (int r = 0; r < 400 && cenv[f].install_calls == 1; r++)
+        cluster_round();
+    assert_int_equal(cenv[f].install_calls, 2);
+    uint64_t t2 = cenv[f].install_token;
+    assert_true(t2 != t1);
+
+    /* The copy succeeds (the state reflects a few commands past the point). */
+    assert_int_equal(raft_host_snapshot_installed(ch[f], t2, 0, snap, &err), 0);
+    for (int r = 0; r < 100; r++)
+        cluster_round();
+    assert_int_equal(raft_host_group_info(ch[f], 1, &st, &err), 0);
+    assert_false(st.installing);
+    assert_false(st.failed);
+    assert_int_equal(st.installs, 1);
+    assert_int_equal(st.snapshot_index, snap);
+    assert_true(cenv[f].last_replace);
+    uint64_t before = cenv[f].applied_count;
+    cluster_write(5);
+    for (int r = 0; r < 50; r++)
+        cluster_round();
+    assert_int_equal(cenv[f].applied_count, before + 5); /* it follows the log again */
+
+    /* Stopped during a copy: a late completion is refused, storage replies are ignored. */
+    cut[f] = true;
+    cluster_write(20);
+    compact_at_applied(l);
+    cut[f] = false;
+    for (int r = 0; r < 400 && cenv[f].install_calls == 2; r++)
+        cluster_round();
+    assert_int_equal(cenv[f].install_calls, 3);
+    assert_int_equal(raft_host_stop_group(ch[f], 1, &err), 0);
+    assert_int_equal(raft_host_snapshot_installed(ch[f], cenv[f].install_token, 0, 100, &err), -1);
+    assert_int_equal(err.code, ERR_NOT_FOUND);
+    flush_io(&cenv[f], 0);
+    cluster_stop();
+}
+
+/* Storage that holds a snapshot point at 10 (term 2) and entries 9..12 (trailing). */
+static uint8_t snap_meta[256];
+static size_t snap_meta_len;
+static raft_host_entry snap_entries[4];
+
+static int st_load_snap(void *ctx, uint64_t group, raft_host_loaded *out, strata_err *err)
+{
+    (void)ctx;
+    (void)group;
+    (void)err;
+    raft_host_entry *e = malloc(sizeof snap_entries);
+    memcpy(e, snap_entries, sizeof snap_entries);
+    *out = (raft_host_loaded){.term = 2,
+                              .vote = 1,
+                              .start_index = 9,
+                              .entries = e,
+                              .n = 4,
+                              .snapshot_index = 10,
+                              .snapshot_term = 2,
+                              .snapshot_meta = snap_meta,
+                              .snapshot_meta_len = snap_meta_len};
+    return 0;
+}
+
+static void test_start_from_snapshot_point(void **state)
+{
+    (void)state;
+    struct raft_configuration conf;
+    struct raft_buffer b;
+    raft_configuration_init(&conf);
+    assert_int_equal(raft_configuration_add(&conf, 1, "1", RAFT_VOTER), 0);
+    assert_int_equal(raft_configuration_encode(&conf, &b), 0);
+    raft_configuration_close(&conf);
+    memset(snap_meta, 0, 8);
+    snap_meta[0] = 1; /* configuration index 1 */
+    assert_true(b.len + 8 <= sizeof snap_meta);
+    memcpy(snap_meta + 8, b.base, b.len);
+    snap_meta_len = 8 + b.len;
+    raft_free(b.base);
+    for (int i = 0; i < 4; i++)
+        snap_entries[i] = (raft_host_entry){2, RAFT_COMMAND, "cmd", 3};
+
+    env e = {0};
+    strata_err err;
+    raft_host_config c = config(&e, 1);
+    c.storage.load = st_load_snap;
+    raft_host *h = raft_host_create(&c, &err);
+    uint64_t m[] = {1};
+    /* The state machine must hold what the log no longer does (up to 8). */
+    assert_int_equal(raft_host_start_group(h, 5, m, 1, 7, &err), -1);
+    assert_int_equal(err.code, ERR_VALIDATION);
+    assert_int_equal(raft_host_start_group(h, 5, m, 1, 8, &err), 0);
+    for (int r = 0; r < 5; r++)
+        flush_io(&e, 0);
+    raft_host_group_stats st;
+    assert_int_equal(raft_host_group_info(h, 5, &st, &err), 0);
+    assert_false(st.failed);
+    assert_int_equal(st.snapshot_index, 10);
+    assert_int_equal(st.first_index, 9);
+    assert_true(raft_host_is_leader(h, 5));
+    outcome_rec w = {0};
+    assert_int_equal(raft_host_submit(h, 5, "abc", 3, record, &w, &err), 0);
+    flush_io(&e, 0);
+    assert_int_equal(w.code, ERR_NONE);
+    assert_true(w.index > 12);
+    assert_int_equal(e.applied_count, 5); /* 9..12 replayed, then the new command */
+    raft_host_destroy(h);
+    drop_io(&e);
+
+    /* Metadata that does not decode is corruption. */
+    snap_meta_len = 9;
+    env e2 = {0};
+    c = config(&e2, 1);
+    c.storage.load = st_load_snap;
+    h = raft_host_create(&c, &err);
+    assert_int_equal(raft_host_start_group(h, 5, m, 1, 8, &err), -1);
+    assert_int_equal(err.code, ERR_CORRUPT);
+    raft_host_destroy(h);
+    drop_io(&e2);
+}
+
+static void test_compact_rules(void **state)
+{
+    (void)state;
+    env e = {0};
+    strata_err err;
+    raft_host_config c = config(&e, 1);
+    raft_host *h = raft_host_create(&c, &err);
+    uint64_t m[] = {1};
+    assert_int_equal(raft_host_start_group(h, 5, m, 1, 0, &err), 0);
+    flush_io(&e, 0);
+    outcome_rec w = {0};
+    for (int i = 0; i < 6; i++)
+        assert_int_equal(raft_host_submit(h, 5, "abc", 3, record, &w, &err), 0);
+    flush_io(&e, 0);
+    raft_host_group_stats st;
+    assert_int_equal(raft_host_group_info(h, 5, &st, &err), 0);
+    assert_int_equal(st.applied_index, 7);
+
+    assert_int_equal(raft_host_compact(h, 9, 3, &err), -1);
+    assert_int_equal(err.code, ERR_NOT_FOUND);
+    assert_int_equal(raft_host_compact(h, 5, 8, &err), -1); /* above applied */
+    assert_int_equal(err.code, ERR_VALIDATION);
+    assert_int_equal(raft_host_compact(h, 5, 6, &err), 0);
+    assert_int_equal(e.snapshots, 1);
+    assert_false(e.last_replace);
+    assert_int_equal(raft_host_group_info(h, 5, &st, &err), 0);
+    assert_int_equal(st.snapshot_index, 6);
+    assert_int_equal(st.first_index, 5);                   /* two trailing entries kept */
+    assert_int_equal(raft_host_compact(h, 5, 4, &err), 0); /* at or below the point: no-op */
+    assert_int_equal(e.snapshots, 1);
+    flush_io(&e, 0);
+
+    /* The log goes on after the point; reads and writes still work. */
+    outcome_rec w2 = {0}, r = {0};
+    assert_int_equal(raft_host_submit(h, 5, "xyz", 3, record, &w2, &err), 0);
+    assert_int_equal(raft_host_read_barrier(h, 5, record, &r, &err), 0);
+    flush_io(&e, 0);
+    assert_int_equal(w2.code, ERR_NONE);
+    assert_int_equal(w2.index, 8);
+    assert_int_equal(r.code, ERR_NONE);
+    assert_int_equal(raft_host_compact(h, 5, 8, &err), 0);
+    assert_int_equal(raft_host_group_info(h, 5, &st, &err), 0);
+    assert_int_equal(st.snapshot_index, 8);
+    flush_io(&e, 0);
+
+    /* Refused from inside apply(). */
+    e.compact_host = h;
+    assert_int_equal(raft_host_submit(h, 5, "q", 1, record, &w2, &err), 0);
+    flush_io(&e, 0);
+    assert_int_equal(e.compact_rc, -1);
+    assert_int_equal(e.compact_code, ERR_VALIDATION);
+    raft_host_destroy(h);
+    drop_io(&e);
+
+    /* A storage without set_snapshot cannot compact. */
+    env e2 = {0};
+    c = config(&e2, 1);
+    c.storage.set_snapshot = NULL;
+    h = raft_host_create(&c, &err);
+    assert_int_equal(raft_host_start_group(h, 5, m, 1, 0, &err), 0);
+    flush_io(&e2, 0);
+    assert_int_equal(raft_host_compact(h, 5, 1, &err), -1);
+    assert_int_equal(err.code, ERR_VALIDATION);
+    raft_host_destroy(h);
+    drop_io(&e2);
+}
+
 /* ---- codec ---- */
 
 static void roundtrip(struct raft_message *m, const raft_host_entry *ents)
@@ -514,12 +971,29 @@ static void roundtrip(struct raft_message *m, const raft_host_entry *ents)
         assert_int_equal(out.timeout_now.term, m->timeout_now.term);
         assert_int_equal(out.timeout_now.last_log_index, m->timeout_now.last_log_index);
         break;
+    case RAFT_INSTALL_SNAPSHOT: {
+        const struct raft_install_snapshot *a = &m->install_snapshot, *b = &out.install_snapshot;
+        assert_int_equal(b->term, a->term);
+        assert_int_equal(b->last_index, a->last_index);
+        assert_int_equal(b->last_term, a->last_term);
+        assert_int_equal(b->conf_index, a->conf_index);
+        assert_int_equal(b->conf.n, a->conf.n);
+        for (unsigned i = 0; i < a->conf.n; i++) {
+            assert_int_equal(b->conf.servers[i].id, a->conf.servers[i].id);
+            assert_int_equal(b->conf.servers[i].role, a->conf.servers[i].role);
+        }
+        assert_null(b->data.base);
+        break;
+    }
     default:
         fail();
     }
     raft_msg_free(owner);
     free(buf);
 }
+
+static int decode_bytes(const struct raft_message *m, const raft_host_entry *ents, uint64_t from,
+                        strata_err *err);
 
 static void test_codec_roundtrip(void **state)
 {
@@ -566,13 +1040,40 @@ static void test_codec_roundtrip(void **state)
     m.timeout_now = (struct raft_timeout_now){.term = 6, .last_log_index = 3, .last_log_term = 2};
     roundtrip(&m, NULL);
 
+    /* InstallSnapshot: metadata and configuration only (the data moves out of band). */
+    memset(&m, 0, sizeof m);
+    m.type = RAFT_INSTALL_SNAPSHOT;
+    m.install_snapshot.term = 7;
+    m.install_snapshot.last_index = 90;
+    m.install_snapshot.last_term = 6;
+    m.install_snapshot.conf_index = 1;
+    raft_configuration_init(&m.install_snapshot.conf);
+    assert_int_equal(raft_configuration_add(&m.install_snapshot.conf, 1, "1", RAFT_VOTER), 0);
+    assert_int_equal(raft_configuration_add(&m.install_snapshot.conf, 3, "3", RAFT_STANDBY), 0);
+    roundtrip(&m, NULL);
+
     /* Encoding refuses what it cannot carry. */
     strata_err err;
     uint8_t *buf;
     size_t len;
-    memset(&m, 0, sizeof m);
-    m.type = RAFT_INSTALL_SNAPSHOT;
+    char data[4] = "data";
+    m.install_snapshot.data.base = data;
+    m.install_snapshot.data.len = sizeof data;
     assert_int_equal(raft_msg_encode(1, 1, &m, NULL, &buf, &len, &err), -1);
+    m.install_snapshot.data.base = NULL;
+    m.install_snapshot.data.len = 0;
+    /* Decoding refuses what C-Raft would assert on. */
+    m.install_snapshot.last_term = 8; /* above the leader's term */
+    assert_int_equal(decode_bytes(&m, NULL, 2, &err), -1);
+    assert_int_equal(err.code, ERR_CORRUPT);
+    m.install_snapshot.last_term = 6;
+    m.install_snapshot.conf_index = 91; /* beyond the snapshot */
+    assert_int_equal(decode_bytes(&m, NULL, 2, &err), -1);
+    m.install_snapshot.conf_index = 1;
+    assert_int_equal(decode_bytes(&m, NULL, 2, &err), 0);
+    raft_configuration_close(&m.install_snapshot.conf);
+    raft_configuration_init(&m.install_snapshot.conf); /* no servers */
+    assert_int_equal(decode_bytes(&m, NULL, 2, &err), -1);
     memset(&m, 0, sizeof m);
     m.type = RAFT_APPEND_ENTRIES;
     m.append_entries.term = 1;
@@ -662,7 +1163,12 @@ int main(void)
         cmocka_unit_test(test_single_voter_submit_and_read),
         cmocka_unit_test(test_storage_failure_stops_group),
         cmocka_unit_test(test_destroy_fails_pending),
+        cmocka_unit_test(test_apply_busy_and_resume),
+        cmocka_unit_test(test_stop_group),
         cmocka_unit_test(test_deposed_leader_fails_pending),
+        cmocka_unit_test(test_compact_rules),
+        cmocka_unit_test(test_start_from_snapshot_point),
+        cmocka_unit_test(test_install_retry_and_stop),
         cmocka_unit_test(test_codec_roundtrip),
         cmocka_unit_test(test_codec_rejects_malformed),
     };

@@ -2,7 +2,10 @@
  * One 3-replica Raft group on real disks: three raft_hosts in one process, each on its own
  * storage/wal in a temporary directory, all on ONE real libuv loop, connected by an
  * in-memory transport. Elect, submit, stop a follower, submit more, restart it from its
- * WAL and check it catches up to the same applied sequence.
+ * WAL and check it catches up to the same applied sequence. Then with compaction: the
+ * state machine kept across restarts (like the engine), the leader compacts its log,
+ * restarts from a WAL that starts at a snapshot point, and a follower that fell behind
+ * the compacted log catches up through an out-of-band copy (fsm.install).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -43,6 +46,9 @@ typedef struct {
     uint64_t applied[MAX_APPLIED]; /* command values, by apply order */
     size_t napplied;
     uint64_t last_index;
+    uint64_t install_token; /* an out-of-band copy to complete (0: none) */
+    int install_from;
+    int installs;
 } tnode;
 
 static uv_loop_t loop;
@@ -71,10 +77,31 @@ static int tr_send(void *ctx, uint64_t to, uint64_t group, const void *b, size_t
     return 0;
 }
 
+/* Completes a pending out-of-band copy: the state is taken from the source node (a
+ * stand-in for pulling the partition from its engine snapshot). */
+static void complete_installs(void)
+{
+    for (int i = 1; i <= N; i++) {
+        tnode *n = &nodes[i];
+        if (n->install_token == 0 || !n->up)
+            continue;
+        const tnode *src = &nodes[n->install_from];
+        memcpy(n->applied, src->applied, sizeof n->applied);
+        n->napplied = src->napplied;
+        n->last_index = src->last_index;
+        uint64_t token = n->install_token;
+        n->install_token = 0;
+        n->installs++;
+        strata_err err;
+        assert_int_equal(raft_host_snapshot_installed(n->host, token, 0, n->last_index, &err), 0);
+    }
+}
+
 /* Delivers queued messages; runs every millisecond on the loop. */
 static void on_pump(uv_timer_t *t)
 {
     (void)t;
+    complete_installs();
     msg *m = queue_head;
     queue_head = queue_tail = NULL;
     while (m != NULL) {
@@ -106,7 +133,21 @@ static int fsm_apply(void *ctx, uint64_t group, uint64_t index, const void *cmd,
     return 0;
 }
 
-static void node_up(tnode *n)
+static int fsm_install(void *ctx, uint64_t group, uint64_t index, uint64_t term, uint64_t from,
+                       uint64_t token)
+{
+    tnode *n = ctx;
+    (void)term;
+    assert_int_equal(group, GROUP);
+    assert_true(from >= 1 && from <= N && from != (uint64_t)n->id);
+    assert_true(nodes[from].up && nodes[from].last_index >= index);
+    n->install_from = (int)from;
+    n->install_token = token; /* completed later, from the loop (never from here) */
+    return 0;
+}
+
+/* keep_state: the state machine survived (like the engine's durable state). */
+static void node_up(tnode *n, bool keep_state)
 {
     strata_err err;
     wal_options wo = {.dir = n->dir, .segment_size = 1 << 20};
@@ -114,10 +155,12 @@ static void node_up(tnode *n)
     raft_host_config cfg = {
         .node_id = (uint64_t)n->id,
         .transport = {.ctx = n, .send = tr_send},
-        .fsm = {.ctx = n, .apply = fsm_apply},
+        .fsm = {.ctx = n, .apply = fsm_apply, .install = fsm_install},
         .election_timeout_ms = 150,
         .heartbeat_timeout_ms = 30,
         .seed = (uint64_t)n->id,
+        .snapshot_trailing = 2,
+        .install_snapshot_timeout_ms = 200,
     };
     raft_wal_storage_init(&n->ws, n->w, &cfg.storage);
     raft_host_uv_clock_init(&n->clock, &loop);
@@ -125,11 +168,14 @@ static void node_up(tnode *n)
     n->host = raft_host_create(&cfg, &err);
     assert_non_null(n->host);
     raft_host_uv_clock_bind(&n->clock, n->host);
-    n->napplied = 0;
-    n->last_index = 0;
+    if (!keep_state) {
+        n->napplied = 0;
+        n->last_index = 0;
+    }
+    n->install_token = 0;
     n->up = true;
     uint64_t members[N] = {1, 2, 3};
-    assert_int_equal(raft_host_start_group(n->host, GROUP, members, N, 0, &err), 0);
+    assert_int_equal(raft_host_start_group(n->host, GROUP, members, N, n->last_index, &err), 0);
 }
 
 static void on_closed(void *data)
@@ -248,7 +294,7 @@ static void test_elect_submit_restart_catch_up(void **state)
         nodes[i].id = i;
         snprintf(nodes[i].dir, sizeof nodes[i].dir, "/tmp/strata_raft_walXXXXXX");
         assert_non_null(mkdtemp(nodes[i].dir));
-        node_up(&nodes[i]);
+        node_up(&nodes[i], false);
     }
 
     /* Elect and replicate. */
@@ -271,7 +317,7 @@ static void test_elect_submit_restart_catch_up(void **state)
     submit_values(11, 15);
 
     /* Restart it from its WAL: it replays its log and catches up from the leader. */
-    node_up(&nodes[f]);
+    node_up(&nodes[f], false);
     want_applied = 15;
     run_until(all_up_applied);
     for (int i = 1; i <= N; i++) {
@@ -297,10 +343,120 @@ static void test_elect_submit_restart_catch_up(void **state)
     assert_int_equal(uv_loop_close(&loop), 0);
 }
 
+static void check_all_applied(size_t n)
+{
+    for (int i = 1; i <= N; i++) {
+        assert_int_equal(nodes[i].napplied, n);
+        for (size_t k = 0; k < n; k++)
+            assert_int_equal(nodes[i].applied[k], k + 1);
+    }
+}
+
+/* Compacts every up node's log at what it has applied. */
+static void compact_all(void)
+{
+    for (int i = 1; i <= N; i++) {
+        if (!nodes[i].up)
+            continue;
+        raft_host_group_stats st;
+        strata_err err;
+        assert_int_equal(raft_host_group_info(nodes[i].host, GROUP, &st, &err), 0);
+        assert_int_equal(raft_host_compact(nodes[i].host, GROUP, st.applied_index, &err), 0);
+        assert_int_equal(raft_host_group_info(nodes[i].host, GROUP, &st, &err), 0);
+        assert_true(st.snapshot_index > 0);
+        assert_true(st.first_index > 1);
+    }
+}
+
+static bool snapshot_points_durable(void)
+{
+    for (int i = 1; i <= N; i++) {
+        wal_group_info gi;
+        if (nodes[i].up && (wal_group_state(nodes[i].w, GROUP, &gi, NULL) != 0 ||
+                            gi.snapshot_index == 0 || gi.keep_from <= 1))
+            return false;
+    }
+    return true;
+}
+
+static void test_compaction_restart_and_install(void **state)
+{
+    (void)state;
+    acked = failed_acks = 0;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    uv_timer_init(&loop, &pump);
+    uv_timer_start(&pump, on_pump, 1, 1);
+    for (int i = 1; i <= N; i++) {
+        memset(&nodes[i], 0, sizeof nodes[i]);
+        nodes[i].id = i;
+        snprintf(nodes[i].dir, sizeof nodes[i].dir, "/tmp/strata_raft_walXXXXXX");
+        assert_non_null(mkdtemp(nodes[i].dir));
+        node_up(&nodes[i], false);
+    }
+    submit_values(1, 10);
+    want_applied = 10;
+    run_until(all_up_applied);
+    int l = leader_id();
+    int f = l % N + 1;
+
+    /* A follower stops; the others go on, then compact well past it. */
+    node_down(&nodes[f]);
+    submit_values(11, 30);
+    compact_all();
+    run_until(snapshot_points_durable);
+
+    /* The leader restarts from a WAL that begins at its snapshot point. */
+    node_down(&nodes[l]);
+    node_up(&nodes[l], true);
+    submit_values(31, 35);
+    want_applied = 35;
+    run_until(all_up_applied);
+    /* (The WAL may still hold entries below its keep_from: compact again, so the entries
+     * the follower lacks are surely gone from the leader's log.) */
+    compact_all();
+
+    /* The follower comes back: the entries it lacks are gone, so it copies the state out
+     * of band, then follows the log again. */
+    node_up(&nodes[f], true);
+    run_until(all_up_applied);
+    assert_int_equal(nodes[f].installs, 1);
+    submit_values(36, 40);
+    want_applied = 40;
+    run_until(all_up_applied);
+    check_all_applied(40);
+    raft_host_group_stats st;
+    strata_err err;
+    assert_int_equal(raft_host_group_info(nodes[f].host, GROUP, &st, &err), 0);
+    assert_int_equal(st.installs, 1);
+    assert_false(st.failed);
+    assert_true(st.snapshot_index >= 30);
+
+    /* And it restarts from the installed snapshot point. */
+    node_down(&nodes[f]);
+    node_up(&nodes[f], true);
+    submit_values(41, 45);
+    want_applied = 45;
+    run_until(all_up_applied);
+    check_all_applied(45);
+
+    for (int i = 1; i <= N; i++) {
+        node_down(&nodes[i]);
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", nodes[i].dir);
+        assert_int_equal(system(cmd), 0);
+    }
+    uv_timer_stop(&pump);
+    uv_close((uv_handle_t *)&pump, NULL);
+    on_pump(&pump);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&loop), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_elect_submit_restart_catch_up),
+        cmocka_unit_test(test_compaction_restart_and_install),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

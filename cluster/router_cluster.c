@@ -1,0 +1,2623 @@
+/*
+ * router_cluster.c: the router's cluster mode (router.h, "Cluster mode").
+ *
+ * One raft_host drives every group of the node: group 0 is the meta service, every
+ * other group one partition replica. Storage is the node's WAL (raft_wal), messages go
+ * over rpc (one connection per peer), the engine is the node's LSM.
+ *
+ * Peer messages (rpc types):
+ *   MSG_RAFT          u64be group | encoded raft message                (fire and forget)
+ *   MSG_JOIN          a NODE_REGISTER meta record of the caller -> members text, or
+ *                     empty while the bootstrap node still waits for voters
+ *   MSG_META_PROPOSE  a meta record -> u8 code | varint index | message
+ *   MSG_META_FETCH    (empty) -> varint applied index | meta_state_encode bytes
+ *   MSG_PART_WRITE    varint partition | varint epoch | command -> varint index | result
+ *   MSG_PART_READ     varint partition | u8 consistent | varint min index | raw read
+ *                     request -> raw result
+ *   MSG_SNAP_CHUNK    varint partition | varint session | start key -> varint applied
+ *                     index | u8 done | varint next-key length | next key |
+ *                     (varint klen | key | varint vlen | value)*
+ *
+ * Snapshots. The log of a partition is compacted (raft_host_compact) up to what the
+ * engine holds durably. A replica that needs compacted entries copies the partition from
+ * a live replica's engine snapshot (one lsm snapshot per copy session, taken together
+ * with the applied index it reflects) in chunks of at most SNAP_CHUNK_BYTES, then tells
+ * the host it holds the state up to that index. An engine key (table 0, 'I', partition)
+ * marks a copy in progress: a replica restarted with the mark has a partial state, and
+ * applies nothing until a new copy completes.
+ * A request refused before anything was proposed is answered with ERR_UNAVAILABLE and a
+ * message starting with RETRY_PREFIX (and the leader as known there): the caller may
+ * send it again elsewhere. Any other failure of a write may hide a commit and is never
+ * retried here.
+ *
+ * Every operation (write, read, meta change) is an `op`: it is attempted, and retried
+ * after a backoff while the failure is known to be harmless and its deadline has not
+ * passed. Ops never complete from inside the router_* call that started them.
+ */
+#include "cluster/router_internal.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "cluster/meta.h"
+#include "cluster/placement.h"
+#include "cluster/raft/raft_host_uv.h"
+#include "cluster/raft/raft_wal.h"
+#include "rpc/rpc.h"
+#include "storage/lsm/lsm.h"
+#include "storage/wal/wal.h"
+
+enum {
+    MSG_RAFT = 1,
+    MSG_JOIN = 2,
+    MSG_META_PROPOSE = 3,
+    MSG_META_FETCH = 4,
+    MSG_PART_WRITE = 5,
+    MSG_PART_READ = 6,
+    MSG_SNAP_CHUNK = 7,
+};
+
+#define META_GROUP          0
+#define MAX_META_VOTERS     5
+#define OP_DEADLINE_MS      8000 /* a request's whole budget, retries included */
+#define ATTEMPT_DEADLINE_MS 3000 /* one rpc attempt */
+#define TICK_MS             100
+#define META_FETCH_MS       500
+#define JOIN_CALL_MS        1000
+#define BACKOFF_MIN_MS      5
+#define BACKOFF_MAX_MS      200
+#define HINT_SLOTS          4096 /* leader-hint cache (a cache: collisions overwrite) */
+#define RETRY_PREFIX        "retry:"
+#define CLUSTER_FILE        "cluster"
+#define READ_ARENA_LIMIT    (64u << 20)
+#define SNAP_CHUNK_BYTES    (1u << 20)
+#define SNAP_SESSION_IDLE_MS 60000
+#define COMPACT_EVERY_MS    1000
+#define COMPACT_MIN_ENTRIES 1024 /* compact once the engine holds this many more entries */
+
+typedef struct lpart {
+    uint64_t id;
+    partition_desc desc;
+    partition_stats stats;
+    bool busy;     /* apply refused by the engine: resume once it is writable */
+    bool poisoned; /* a snapshot copy was cut short: the state is partial, apply nothing */
+} lpart;
+
+/* A snapshot copy into this node (fsm.install). */
+typedef struct install {
+    struct install *next;
+    struct rcluster *c;
+    uint64_t pid, token, from, session;
+    uint64_t applied; /* the index the source's state reflects */
+    buf next_key;     /* where the next chunk starts (empty: the partition's start) */
+    uint8_t *chunk;   /* a chunk waiting for the engine (back-pressure) */
+    size_t chunk_len;
+    bool in_flight;
+    bool dead; /* given up (closing, group stopped): free when the call returns */
+} install;
+
+/* A snapshot copy out of this node: an engine snapshot held for one requester. */
+typedef struct session {
+    struct session *next;
+    uint64_t peer, pid, id;
+    uint64_t applied;
+    const lsm_snapshot *snap;
+    uint64_t last_used;
+} session;
+
+typedef enum { OP_WRITE = 1, OP_READ, OP_META } op_kind;
+
+typedef struct op op;
+typedef void (*op_meta_done)(rcluster *c, op *o, const strata_err *err);
+
+struct op {
+    op *prev, *next; /* c->live */
+    op *retry_next;  /* c->retry_head: ops waiting for their next attempt */
+    rcluster *c;
+    op_kind kind;
+    uint64_t pid;
+    uint32_t table_id;
+    uint64_t deadline;
+    uint64_t retry_at;
+    unsigned attempt;
+    bool in_flight; /* an attempt (rpc call, submit, barrier) is outstanding */
+    bool waiting;   /* OP_META: committed, waiting for the local map to hold it */
+    uint64_t wait_index;
+    router_cb wcb; /* OP_WRITE, OP_META */
+    router_read_cb rcb;
+    void *ctx;
+    const partition_read_req *req; /* OP_READ */
+    arena *arena;
+    size_t len;
+    uint8_t data[]; /* OP_WRITE: the command; OP_META: the meta record */
+};
+
+/* What this node knows of a partition beyond the map: its leader, and the highest log
+ * index of a write routed through here (eventual reads must not go below it, so a client
+ * reads its own writes through one node). */
+typedef struct {
+    uint64_t pid;
+    uint64_t leader;
+    uint64_t seen;
+} hint;
+
+typedef struct {
+    uint64_t id;
+    char addr[META_ADDR_MAX + 1];
+} member;
+
+typedef struct {
+    uint64_t id;
+    bool connected;
+} peer_state;
+
+
+/* One address given with `join`, dialled as a seed peer (RPC_SEED_ID_MIN + index). */
+typedef struct {
+    rcluster *c;
+    bool busy; /* a join call is outstanding */
+} join_slot;
+
+struct rcluster {
+    uv_loop_t *loop;
+    router_ops sm; /* the partition state machine */
+    uint64_t self;
+    meta_node me; /* this node's registration */
+    char *data_dir;
+    bool bootstrap;
+    int expect;
+    join_slot *join;
+    size_t n_join;
+
+    lsm *engine;
+    wal *log;
+    raft_wal_storage rws;
+    raft_host *host;
+    raft_host_uv_clock clock;
+    bool clock_open;
+    rpc *rpc;
+
+    /* The cluster map. */
+    bool formed; /* the meta voters are known */
+    member members[MAX_META_VOTERS];
+    size_t n_members;
+    bool voter;
+    meta_state *meta;
+    uint64_t meta_index;       /* last meta command reflected in `meta` */
+    uint64_t meta_leader_hint; /* for nodes outside the meta group */
+    bool fetch_in_flight;
+    uint64_t last_fetch;
+    bool register_in_flight;
+    catalog *cat;
+
+    meta_node joiners[MAX_META_VOTERS];
+    size_t n_joiners;
+
+    lpart *parts; /* sorted by id */
+    size_t n_parts, cap_parts;
+    hint hints[HINT_SLOTS];
+    peer_state *peers;
+    size_t n_peers, cap_peers;
+    uint32_t *drops; /* tables whose data this node must still delete */
+    size_t n_drops, cap_drops;
+    unsigned read_rr; /* round-robin over replicas for eventual reads */
+
+    op *live; /* every op alive */
+    install *installs;
+    session *sessions;
+    uint64_t last_compact;
+    size_t memtable_bytes;
+    op *retry_head;
+    size_t n_ops;
+    uv_timer_t tick, kick, retry;
+    bool kick_armed;
+    bool closing;
+    buf scratch;
+};
+
+static void kick(rcluster *c);
+static void op_run(op *o);
+static void reconcile(rcluster *c);
+
+/* ------------------------------------------------------------------ small helpers */
+
+static uint64_t now_ms(const rcluster *c)
+{
+    return uv_now(c->loop);
+}
+
+static int parse_hostport(const char *s, char *host, size_t cap, int *port)
+{
+    const char *colon = strrchr(s, ':');
+    if (colon == NULL || colon == s)
+        return -1;
+    size_t hl = (size_t)(colon - s);
+    if (s[0] == '[' && hl >= 2 && s[hl - 1] == ']') {
+        s++;
+        hl -= 2;
+    }
+    if (hl >= cap)
+        return -1;
+    memcpy(host, s, hl);
+    host[hl] = '\0';
+    char *end;
+    long p = strtol(colon + 1, &end, 10);
+    if (*end != '\0' || p <= 0 || p > 65535)
+        return -1;
+    *port = (int)p;
+    return 0;
+}
+
+static lpart *lpart_find(const rcluster *c, uint64_t id)
+{
+    size_t lo = 0, hi = c->n_parts;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (c->parts[mid].id < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < c->n_parts && c->parts[lo].id == id ? &c->parts[lo] : NULL;
+}
+
+static lpart *lpart_add(rcluster *c, uint64_t id, strata_err *err)
+{
+    if (c->n_parts == c->cap_parts) {
+        size_t cap = c->cap_parts ? c->cap_parts * 2 : 64;
+        lpart *p = realloc(c->parts, cap * sizeof *p);
+        if (p == NULL) {
+            strata_err_set(err, ERR_NOMEM, "out of memory");
+            return NULL;
+        }
+        c->parts = p;
+        c->cap_parts = cap;
+    }
+    size_t i = c->n_parts;
+    while (i > 0 && c->parts[i - 1].id > id)
+        i--;
+    memmove(&c->parts[i + 1], &c->parts[i], (c->n_parts - i) * sizeof *c->parts);
+    c->n_parts++;
+    memset(&c->parts[i], 0, sizeof c->parts[i]);
+    c->parts[i].id = id;
+    return &c->parts[i];
+}
+
+static void lpart_remove(rcluster *c, lpart *p)
+{
+    size_t i = (size_t)(p - c->parts);
+    memmove(&c->parts[i], &c->parts[i + 1], (c->n_parts - i - 1) * sizeof *c->parts);
+    c->n_parts--;
+}
+
+static uint64_t hint_get(const rcluster *c, uint64_t pid)
+{
+    const hint *h = &c->hints[pid % HINT_SLOTS];
+    return h->pid == pid ? h->leader : 0;
+}
+
+static void hint_set(rcluster *c, uint64_t pid, uint64_t leader)
+{
+    hint *h = &c->hints[pid % HINT_SLOTS];
+    if (h->pid != pid)
+        *h = (hint){.pid = pid};
+    h->leader = leader;
+}
+
+static uint64_t seen_get(const rcluster *c, uint64_t pid)
+{
+    const hint *h = &c->hints[pid % HINT_SLOTS];
+    return h->pid == pid ? h->seen : 0;
+}
+
+static void seen_note(rcluster *c, uint64_t pid, uint64_t index)
+{
+    hint *h = &c->hints[pid % HINT_SLOTS];
+    if (h->pid != pid)
+        *h = (hint){.pid = pid};
+    if (index > h->seen)
+        h->seen = index;
+}
+
+static peer_state *peer_find(const rcluster *c, uint64_t id)
+{
+    for (size_t i = 0; i < c->n_peers; i++)
+        if (c->peers[i].id == id)
+            return &c->peers[i];
+    return NULL;
+}
+
+/* Dials `id` at `addr` unless it is a peer already. */
+static void peer_ensure(rcluster *c, uint64_t id, const char *addr)
+{
+    if (id == c->self || peer_find(c, id) != NULL)
+        return;
+    char host[META_ADDR_MAX + 1];
+    int port;
+    strata_err err;
+    if (parse_hostport(addr, host, sizeof host, &port) < 0 ||
+        rpc_add_peer(c->rpc, id, host, port, &err) < 0) {
+        fprintf(stderr, "stratad: cannot dial node %" PRIu64 " at %s\n", id, addr);
+        return;
+    }
+    if (c->n_peers == c->cap_peers) {
+        size_t cap = c->cap_peers ? c->cap_peers * 2 : 16;
+        peer_state *p = realloc(c->peers, cap * sizeof *p);
+        if (p == NULL)
+            return;
+        c->peers = p;
+        c->cap_peers = cap;
+    }
+    c->peers[c->n_peers++] = (peer_state){.id = id, .connected = false};
+}
+
+/* A node this node can send a request to now: itself, or a connected peer. */
+static bool node_usable(const rcluster *c, uint64_t id)
+{
+    if (id == c->self)
+        return true;
+    const peer_state *p = peer_find(c, id);
+    return p != NULL && p->connected;
+}
+
+/* "retry:leader=N ..." -> N (0 when unknown); -1 if not a retry message. */
+static int64_t retry_hint(const strata_err *err)
+{
+    if (err == NULL || err->code != ERR_UNAVAILABLE ||
+        strncmp(err->msg, RETRY_PREFIX, strlen(RETRY_PREFIX)) != 0)
+        return -1;
+    const char *l = strstr(err->msg, "leader=");
+    return l != NULL ? (int64_t)strtoull(l + 7, NULL, 10) : 0;
+}
+
+/* ------------------------------------------------------------------ the cluster file */
+
+static char *path_join(const char *dir, const char *name)
+{
+    size_t n = strlen(dir) + strlen(name) + 2;
+    char *p = malloc(n);
+    if (p != NULL)
+        snprintf(p, n, "%s/%s", dir, name);
+    return p;
+}
+
+static void members_text(const rcluster *c, buf *out)
+{
+    for (size_t i = 0; i < c->n_members; i++)
+        buf_printf(out, "%s%" PRIu64 "@%s", i ? "," : "", c->members[i].id, c->members[i].addr);
+}
+
+/* Parses "ID@HOST:PORT,..." into c->members. */
+static int members_parse(rcluster *c, const char *text, size_t len, strata_err *err)
+{
+    member m[MAX_META_VOTERS];
+    size_t n = 0;
+    size_t i = 0;
+    while (i < len) {
+        size_t j = i;
+        while (j < len && text[j] != ',')
+            j++;
+        char one[META_ADDR_MAX + 32];
+        if (j - i >= sizeof one || n == MAX_META_VOTERS)
+            return strata_err_set(err, ERR_CORRUPT, "bad meta member list");
+        memcpy(one, text + i, j - i);
+        one[j - i] = '\0';
+        char *at = strchr(one, '@');
+        char *end;
+        uint64_t id = at ? strtoull(one, &end, 10) : 0;
+        if (at == NULL || end != at || id == 0 || strlen(at + 1) > META_ADDR_MAX)
+            return strata_err_set(err, ERR_CORRUPT, "bad meta member '%s'", one);
+        m[n].id = id;
+        snprintf(m[n].addr, sizeof m[n].addr, "%s", at + 1);
+        n++;
+        i = j + 1;
+    }
+    if (n == 0)
+        return strata_err_set(err, ERR_CORRUPT, "empty meta member list");
+    memcpy(c->members, m, n * sizeof *m);
+    c->n_members = n;
+    return 0;
+}
+
+/* DATA_DIR/cluster: "strata-cluster 1\nmembers LIST\nxxh3 HEX\n", written atomically. */
+static int cluster_file_write(rcluster *c, strata_err *err)
+{
+    buf b;
+    buf_init(&b, 0);
+    buf_printf(&b, "strata-cluster 1\nmembers ");
+    members_text(c, &b);
+    buf_printf(&b, "\n");
+    buf_printf(&b, "xxh3 %016" PRIx64 "\n", (uint64_t)XXH3_64bits(b.data, b.len));
+    char *path = path_join(c->data_dir, CLUSTER_FILE);
+    char *tmp = path_join(c->data_dir, CLUSTER_FILE ".tmp");
+    int rc = -1;
+    int fd = tmp != NULL && path != NULL && !b.failed ? open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644)
+                                                      : -1;
+    if (fd >= 0) {
+        ssize_t w = write(fd, b.data, b.len);
+        if (w == (ssize_t)b.len && fsync(fd) == 0 && close(fd) == 0) {
+            fd = -1;
+            if (rename(tmp, path) == 0) {
+                int dfd = open(c->data_dir, O_RDONLY | O_DIRECTORY);
+                if (dfd >= 0 && fsync(dfd) == 0)
+                    rc = 0;
+                if (dfd >= 0)
+                    close(dfd);
+            }
+        }
+        if (fd >= 0)
+            close(fd);
+    }
+    if (rc < 0)
+        strata_err_set(err, ERR_IO, "cannot write %s: %s", path ? path : CLUSTER_FILE,
+                       strerror(errno));
+    free(path);
+    free(tmp);
+    buf_free(&b);
+    return rc;
+}
+
+/* 1 when read, 0 when there is no file, -1 when it is damaged. */
+static int cluster_file_read(rcluster *c, strata_err *err)
+{
+    char *path = path_join(c->data_dir, CLUSTER_FILE);
+    if (path == NULL)
+        return strata_err_set(err, ERR_NOMEM, "out of memory");
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        free(path);
+        return errno == ENOENT ? 0 : strata_err_set(err, ERR_IO, "cannot read cluster file");
+    }
+    char text[4096];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    int rc = -1;
+    const char *sum = strstr(text, "xxh3 ");
+    const char *mem = strstr(text, "\nmembers ");
+    if (strncmp(text, "strata-cluster 1\n", 17) == 0 && sum != NULL && mem != NULL &&
+        strtoull(sum + 5, NULL, 16) == XXH3_64bits(text, (size_t)(sum - text))) {
+        const char *list = mem + 9;
+        const char *eol = strchr(list, '\n');
+        if (eol != NULL && members_parse(c, list, (size_t)(eol - list), err) == 0)
+            rc = 1;
+    }
+    if (rc < 0 && err != NULL && err->code == ERR_NONE)
+        strata_err_set(err, ERR_CORRUPT, "%s is damaged (checksum or format)", path);
+    else if (rc < 0 && err != NULL)
+        strata_err_set(err, ERR_CORRUPT, "%s is damaged: %s", path, err->msg);
+    free(path);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ the catalog mirror */
+
+/* The catalog holds the record of every table of the map. Rebuilt from the map when a
+ * whole map was fetched; kept in step command by command on meta voters. */
+static int catalog_rebuild(rcluster *c)
+{
+    catalog *n = catalog_new();
+    if (n == NULL)
+        return -1;
+    for (size_t i = 0; i < meta_table_count(c->meta); i++) {
+        const meta_table *t = meta_table_at(c->meta, i);
+        strata_err err;
+        if (catalog_apply(n, t->schema, t->schema_len, &err) < 0)
+            fprintf(stderr, "stratad: table %u: bad catalog record: %s\n", t->id, err.msg);
+    }
+    catalog_bump_ids(n, meta_next_table_id(c->meta), meta_next_partition_id(c->meta));
+    catalog_free(c->cat);
+    c->cat = n;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ ops */
+
+static op *op_new(rcluster *c, op_kind kind, const void *data, size_t len)
+{
+    op *o = calloc(1, sizeof *o + len);
+    if (o == NULL)
+        return NULL;
+    o->c = c;
+    o->kind = kind;
+    o->deadline = now_ms(c) + OP_DEADLINE_MS;
+    o->len = len;
+    if (len)
+        memcpy(o->data, data, len);
+    o->next = c->live;
+    if (c->live != NULL)
+        c->live->prev = o;
+    c->live = o;
+    c->n_ops++;
+    return o;
+}
+
+static void op_free(op *o)
+{
+    rcluster *c = o->c;
+    if (o->prev != NULL)
+        o->prev->next = o->next;
+    else
+        c->live = o->next;
+    if (o->next != NULL)
+        o->next->prev = o->prev;
+    c->n_ops--;
+    free(o);
+}
+
+static void op_fail(op *o, const strata_err *err)
+{
+    if (o->kind == OP_READ)
+        o->rcb(o->ctx, err, NULL);
+    else if (o->wcb != NULL)
+        o->wcb(o->ctx, err, NULL, 0);
+    op_free(o);
+}
+
+static void op_fail_code(op *o, strata_code code, const char *msg)
+{
+    strata_err err;
+    strata_err_set(&err, code, "%s", msg);
+    op_fail(o, &err);
+}
+
+static void schedule_retry_timer(rcluster *c);
+
+/* Queues the op's next attempt after a backoff, or fails it once its deadline passed. */
+static void op_retry(op *o, uint64_t leader_hint)
+{
+    rcluster *c = o->c;
+    o->in_flight = false;
+    if (leader_hint != 0 && o->kind != OP_META)
+        hint_set(c, o->pid, leader_hint);
+    else if (leader_hint != 0)
+        c->meta_leader_hint = leader_hint;
+    o->attempt++;
+    uint64_t now = now_ms(c);
+    if (c->closing || now >= o->deadline) {
+        op_fail_code(o, ERR_UNAVAILABLE,
+                     c->closing ? "The server is shutting down"
+                                : "No replica of the partition answered in time; retry");
+        return;
+    }
+    uint64_t backoff = BACKOFF_MIN_MS << (o->attempt < 6 ? o->attempt : 6);
+    if (backoff > BACKOFF_MAX_MS)
+        backoff = BACKOFF_MAX_MS;
+    o->retry_at = now + backoff;
+    o->retry_next = c->retry_head;
+    c->retry_head = o;
+    schedule_retry_timer(c);
+}
+
+/* Runs the op at the next loop iteration (never inside the call that created it). */
+static void op_start(op *o)
+{
+    rcluster *c = o->c;
+    o->retry_at = 0;
+    o->retry_next = c->retry_head;
+    c->retry_head = o;
+    schedule_retry_timer(c);
+}
+
+static void on_retry_timer(uv_timer_t *t)
+{
+    rcluster *c = t->data;
+    uint64_t now = now_ms(c);
+    op *due = NULL;
+    op **pp = &c->retry_head;
+    while (*pp != NULL) {
+        op *o = *pp;
+        if (o->retry_at <= now) {
+            *pp = o->retry_next;
+            o->retry_next = due;
+            due = o;
+        } else {
+            pp = &o->retry_next;
+        }
+    }
+    while (due != NULL) {
+        op *o = due;
+        due = o->retry_next;
+        o->retry_next = NULL;
+        op_run(o);
+    }
+    schedule_retry_timer(c);
+}
+
+static void schedule_retry_timer(rcluster *c)
+{
+    if (c->retry_head == NULL || c->closing)
+        return;
+    uint64_t first = UINT64_MAX;
+    for (const op *o = c->retry_head; o != NULL; o = o->retry_next)
+        if (o->retry_at < first)
+            first = o->retry_at;
+    uint64_t now = now_ms(c);
+    uv_timer_start(&c->retry, on_retry_timer, first > now ? first - now : 0, 0);
+}
+
+/* The node that leads partition `pid` as far as this node knows, else the next voter in
+ * turn that can be reached; 0 when none can. */
+static uint64_t pick_leader(rcluster *c, const meta_partition *mp, unsigned attempt)
+{
+    if (lpart_find(c, mp->id) != NULL) {
+        uint64_t l = raft_host_leader(c->host, mp->id);
+        if (l != 0 && node_usable(c, l))
+            return l;
+    }
+    uint64_t h = hint_get(c, mp->id);
+    if (h != 0 && meta_partition_has(mp, h, NULL) && node_usable(c, h) && attempt % 4 != 3)
+        return h;
+    if (mp->leader_hint != 0 && node_usable(c, mp->leader_hint) && attempt == 0)
+        return mp->leader_hint;
+    for (uint32_t k = 0; k < mp->n_members; k++) {
+        const meta_replica *m = &mp->members[(attempt + k) % mp->n_members];
+        if (m->role == META_VOTER && node_usable(c, m->node))
+            return m->node;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ writes */
+
+static void on_local_write(void *data, const raft_host_outcome *out)
+{
+    op *o = data;
+    o->in_flight = false;
+    if (out->code == ERR_NONE) {
+        seen_note(o->c, o->pid, out->index);
+        o->wcb(o->ctx, NULL, out->result, out->result_len);
+        op_free(o);
+        return;
+    }
+    op_fail_code(o, out->code == ERR_UNAVAILABLE ? ERR_UNAVAILABLE : ERR_INTERNAL,
+                 out->code == ERR_UNAVAILABLE
+                     ? "Leadership of the partition changed; the write may or may not have "
+                       "been applied"
+                     : "The partition's replica failed");
+}
+
+static void on_remote_write(void *ctx, int status, const strata_err *err, const uint8_t *data,
+                            size_t len)
+{
+    op *o = ctx;
+    o->in_flight = false;
+    if (status == 0) {
+        rd r;
+        rd_init(&r, data, len);
+        uint64_t index = rd_varint(&r);
+        if (r.failed) {
+            op_fail_code(o, ERR_INTERNAL, "malformed answer from the partition leader");
+            return;
+        }
+        seen_note(o->c, o->pid, index);
+        o->wcb(o->ctx, NULL, data + (len - rd_left(&r)), rd_left(&r));
+        op_free(o);
+        return;
+    }
+    int64_t h = retry_hint(err);
+    if (h >= 0) {
+        op_retry(o, (uint64_t)h);
+        return;
+    }
+    if (err->code == ERR_UNAVAILABLE) {
+        op_fail_code(o, ERR_UNAVAILABLE,
+                     "The partition leader did not answer; the write may or may not have been "
+                     "applied");
+        return;
+    }
+    op_fail(o, err);
+}
+
+static void write_attempt(op *o)
+{
+    rcluster *c = o->c;
+    const meta_partition *mp = meta_partition_find(c->meta, o->pid);
+    if (mp == NULL || mp->table_id != o->table_id) {
+        op_fail_code(o, ERR_RESOURCE_NOT_FOUND, "Requested resource not found");
+        return;
+    }
+    uint64_t target = pick_leader(c, mp, o->attempt);
+    strata_err err;
+    if (target == 0) {
+        op_retry(o, 0);
+        return;
+    }
+    if (target == c->self) {
+        if (raft_host_submit(c->host, o->pid, o->data, o->len, on_local_write, o, &err) < 0) {
+            uint64_t l = raft_host_leader(c->host, o->pid);
+            op_retry(o, l != c->self ? l : 0);
+            return;
+        }
+        o->in_flight = true;
+        return;
+    }
+    buf_reset(&c->scratch);
+    buf_put_varint(&c->scratch, o->pid);
+    buf_put_varint(&c->scratch, mp->epoch);
+    buf_append(&c->scratch, o->data, o->len);
+    if (c->scratch.failed ||
+        rpc_call(c->rpc, target, MSG_PART_WRITE, c->scratch.data, c->scratch.len,
+                 ATTEMPT_DEADLINE_MS, on_remote_write, o, &err) < 0) {
+        op_retry(o, 0); /* not sent: harmless to try again */
+        return;
+    }
+    o->in_flight = true;
+}
+
+/* ------------------------------------------------------------------ reads */
+
+static void read_local(op *o, const lpart *lp)
+{
+    partition_read_res res;
+    strata_err err;
+    if (o->c->sm.read(o->c->engine, &lp->desc, o->req, o->arena, &res, &err) < 0) {
+        op_fail(o, &err);
+        return;
+    }
+    o->rcb(o->ctx, NULL, &res);
+    op_free(o);
+}
+
+static void on_local_barrier(void *data, const raft_host_outcome *out)
+{
+    op *o = data;
+    o->in_flight = false;
+    const lpart *lp = lpart_find(o->c, o->pid);
+    if (out->code == ERR_NONE && lp != NULL) {
+        read_local(o, lp);
+        return;
+    }
+    op_retry(o, out->leader_hint != o->c->self ? out->leader_hint : 0);
+}
+
+static void on_remote_read(void *ctx, int status, const strata_err *err, const uint8_t *data,
+                           size_t len)
+{
+    op *o = ctx;
+    o->in_flight = false;
+    if (status < 0) {
+        int64_t h = retry_hint(err);
+        if (h >= 0 || err->code == ERR_UNAVAILABLE || err->code == ERR_BUSY) {
+            op_retry(o, h > 0 ? (uint64_t)h : 0); /* reads are harmless to repeat */
+            return;
+        }
+        op_fail(o, err);
+        return;
+    }
+    partition_read_res res;
+    strata_err e;
+    if (partition_read_res_decode(data, len, o->arena, &res, &e) < 0 ||
+        partition_read_finish(o->req, o->arena, &res, &e) < 0) {
+        op_fail(o, &e);
+        return;
+    }
+    o->rcb(o->ctx, NULL, &res);
+    op_free(o);
+}
+
+/* A local replica that may serve an eventually consistent read: it follows a known
+ * leader, has applied everything it knows to be committed, and at least `min_index`
+ * (the last write the asking router saw). */
+static bool local_replica_fresh(const rcluster *c, uint64_t pid, uint64_t min_index)
+{
+    raft_host_group_stats st;
+    if (lpart_find(c, pid) == NULL || raft_host_group_info(c->host, pid, &st, NULL) < 0)
+        return false;
+    return !st.failed && !st.installing && !lpart_find(c, pid)->poisoned && st.leader != 0 &&
+           st.applied_index >= st.commit_index && st.commit_index > 0 &&
+           st.applied_index >= min_index;
+}
+
+static uint64_t pick_replica(rcluster *c, const meta_partition *mp, unsigned attempt)
+{
+    unsigned start = c->read_rr++;
+    for (uint32_t k = 0; k < mp->n_members; k++) {
+        const meta_replica *m = &mp->members[(start + attempt + k) % mp->n_members];
+        if (m->node != c->self && node_usable(c, m->node))
+            return m->node;
+    }
+    return 0;
+}
+
+static void read_attempt(op *o)
+{
+    rcluster *c = o->c;
+    const meta_partition *mp = meta_partition_find(c->meta, o->pid);
+    if (mp == NULL || mp->table_id != o->table_id) {
+        op_fail_code(o, ERR_RESOURCE_NOT_FOUND, "Requested resource not found");
+        return;
+    }
+    bool strong = o->req->consistent;
+    uint64_t target;
+    uint64_t min_index = seen_get(c, o->pid);
+    if (!strong && local_replica_fresh(c, o->pid, min_index)) {
+        read_local(o, lpart_find(c, o->pid));
+        return;
+    }
+    target = strong ? pick_leader(c, mp, o->attempt) : pick_replica(c, mp, o->attempt);
+    if (target == 0 && !strong)
+        target = pick_leader(c, mp, o->attempt);
+    strata_err err;
+    if (target == 0) {
+        op_retry(o, 0);
+        return;
+    }
+    if (target == c->self) {
+        if (raft_host_read_barrier(c->host, o->pid, on_local_barrier, o, &err) < 0) {
+            uint64_t l = raft_host_leader(c->host, o->pid);
+            op_retry(o, l != c->self ? l : 0);
+            return;
+        }
+        o->in_flight = true;
+        return;
+    }
+    buf_reset(&c->scratch);
+    buf_put_varint(&c->scratch, o->pid);
+    buf_put_u8(&c->scratch, strong ? 1 : 0);
+    buf_put_varint(&c->scratch, min_index);
+    if (partition_read_req_encode(o->req, &c->scratch, &err) < 0) {
+        op_fail(o, &err);
+        return;
+    }
+    if (c->scratch.failed || rpc_call(c->rpc, target, MSG_PART_READ, c->scratch.data,
+                                      c->scratch.len, ATTEMPT_DEADLINE_MS, on_remote_read, o,
+                                      &err) < 0) {
+        op_retry(o, 0);
+        return;
+    }
+    o->in_flight = true;
+}
+
+/* ------------------------------------------------------------------ meta changes */
+
+static uint64_t meta_leader(const rcluster *c)
+{
+    if (c->voter) {
+        uint64_t l = raft_host_leader(c->host, META_GROUP);
+        if (l != 0)
+            return l;
+    }
+    return c->meta_leader_hint;
+}
+
+static void fetch_meta(rcluster *c);
+
+/* A meta change committed at `index` with outcome `code`: wait until this node's map
+ * holds it, so the caller's next lookup sees it. */
+static void meta_committed(op *o, strata_code code, const char *msg, uint64_t index)
+{
+    rcluster *c = o->c;
+    if (code != ERR_NONE) {
+        op_fail_code(o, code, msg);
+        return;
+    }
+    o->waiting = true;
+    o->wait_index = index;
+    if (c->meta_index >= index) {
+        kick(c);
+        return;
+    }
+    if (!c->voter)
+        fetch_meta(c);
+}
+
+static void on_local_meta(void *data, const raft_host_outcome *out)
+{
+    op *o = data;
+    o->in_flight = false;
+    if (out->code != ERR_NONE) {
+        op_fail_code(o, ERR_UNAVAILABLE,
+                     "Leadership of the cluster map changed; the change may or may not have "
+                     "been made");
+        return;
+    }
+    const uint8_t *r = out->result;
+    char msg[STRATA_ERR_MSG_MAX];
+    size_t ml = out->result_len > 1 ? out->result_len - 1 : 0;
+    if (ml >= sizeof msg)
+        ml = sizeof msg - 1;
+    if (ml)
+        memcpy(msg, r + 1, ml);
+    msg[ml] = '\0';
+    meta_committed(o, out->result_len ? (strata_code)r[0] : ERR_NONE, msg, out->index);
+}
+
+static void on_remote_meta(void *ctx, int status, const strata_err *err, const uint8_t *data,
+                           size_t len)
+{
+    op *o = ctx;
+    o->in_flight = false;
+    if (status < 0) {
+        int64_t h = retry_hint(err);
+        if (h >= 0) {
+            op_retry(o, (uint64_t)h);
+            return;
+        }
+        op_fail_code(o, ERR_UNAVAILABLE,
+                     "The cluster map's leader did not answer; the change may or may not have "
+                     "been made");
+        return;
+    }
+    rd r;
+    rd_init(&r, data, len);
+    uint8_t code = rd_u8(&r);
+    uint64_t index = rd_varint(&r);
+    char msg[STRATA_ERR_MSG_MAX];
+    size_t ml = rd_left(&r) < sizeof msg - 1 ? rd_left(&r) : sizeof msg - 1;
+    const uint8_t *m = rd_bytes(&r, ml);
+    if (r.failed || code >= ERR_CODE_COUNT) {
+        op_fail_code(o, ERR_INTERNAL, "malformed answer from the cluster map's leader");
+        return;
+    }
+    memcpy(msg, m, ml);
+    msg[ml] = '\0';
+    meta_committed(o, (strata_code)code, msg, index);
+}
+
+static void meta_attempt(op *o)
+{
+    rcluster *c = o->c;
+    uint64_t target = meta_leader(c);
+    if (target == 0 || !node_usable(c, target))
+        target = c->n_members ? c->members[o->attempt % c->n_members].id : 0;
+    strata_err err;
+    if (target == 0 || !node_usable(c, target)) {
+        op_retry(o, 0);
+        return;
+    }
+    if (target == c->self) {
+        if (!c->voter ||
+            raft_host_submit(c->host, META_GROUP, o->data, o->len, on_local_meta, o, &err) < 0) {
+            uint64_t l = c->voter ? raft_host_leader(c->host, META_GROUP) : 0;
+            op_retry(o, l != c->self ? l : 0);
+            return;
+        }
+        o->in_flight = true;
+        return;
+    }
+    if (rpc_call(c->rpc, target, MSG_META_PROPOSE, o->data, o->len, ATTEMPT_DEADLINE_MS,
+                 on_remote_meta, o, &err) < 0) {
+        op_retry(o, 0);
+        return;
+    }
+    o->in_flight = true;
+}
+
+static void op_run(op *o)
+{
+    if (o->c->closing) {
+        op_fail_code(o, ERR_UNAVAILABLE, "The server is shutting down");
+        return;
+    }
+    switch (o->kind) {
+    case OP_WRITE:
+        write_attempt(o);
+        break;
+    case OP_READ:
+        read_attempt(o);
+        break;
+    case OP_META:
+        meta_attempt(o);
+        break;
+    }
+}
+
+/* Completes meta ops whose change this node's map now holds. */
+static void finish_meta_waiters(rcluster *c)
+{
+    for (op *o = c->live, *next; o != NULL; o = next) {
+        next = o->next;
+        if (o->kind != OP_META || !o->waiting)
+            continue;
+        if (c->meta_index >= o->wait_index) {
+            if (o->wcb != NULL)
+                o->wcb(o->ctx, NULL, NULL, 0);
+            op_free(o);
+            next = c->live; /* the callback may have started or ended other ops */
+        } else if (now_ms(c) >= o->deadline) {
+            op_fail_code(o, ERR_UNAVAILABLE,
+                         "The change was made but this node's map has not caught up yet");
+            next = c->live;
+        }
+    }
+}
+
+static int propose_meta(rcluster *c, const meta_cmd *cmd, router_cb cb, void *ctx,
+                        strata_err *err)
+{
+    buf b;
+    buf_init(&b, 0);
+    if (meta_encode(cmd, &b, err) < 0) {
+        buf_free(&b);
+        return -1;
+    }
+    op *o = op_new(c, OP_META, b.data, b.len);
+    buf_free(&b);
+    if (o == NULL)
+        return strata_err_set(err, ERR_NOMEM, "out of memory");
+    o->wcb = cb;
+    o->ctx = ctx;
+    op_start(o);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ state machines */
+
+static void on_engine_writable(void *arg, const strata_err *err)
+{
+    (void)err;
+    kick(arg); /* resume from the loop: this may run inside lsm_write's caller */
+}
+
+static int apply_partition(rcluster *c, uint64_t group, uint64_t index, const void *cmd,
+                           size_t len, void **result, size_t *result_len)
+{
+    lpart *lp = lpart_find(c, group);
+    if (lp == NULL)
+        return -1;
+    if (lp->poisoned)
+        return RAFT_HOST_APPLY_BUSY; /* partial state: only a completed copy may follow */
+    buf res;
+    buf_init(&res, 0);
+    strata_err err;
+    strata_err_clear(&err);
+    if (c->sm.apply(c->engine, &lp->desc, cmd, len, index, &res, &err) < 0) {
+        buf_free(&res);
+        if (err.code == ERR_BUSY) {
+            lp->busy = true;
+            lsm_on_writable(c->engine, on_engine_writable, c);
+            return RAFT_HOST_APPLY_BUSY;
+        }
+        fprintf(stderr, "stratad: partition %" PRIu64 " cannot apply entry %" PRIu64 ": %s\n",
+                group, index, err.msg);
+        return -1;
+    }
+    if (c->sm.result_stats != NULL) {
+        partition_stats d = {0, 0};
+        c->sm.result_stats(res.data, res.len, &d);
+        lp->stats.item_count += d.item_count;
+        lp->stats.size_bytes += d.size_bytes;
+        if (lp->stats.item_count < 0)
+            lp->stats.item_count = 0;
+        if (lp->stats.size_bytes < 0)
+            lp->stats.size_bytes = 0;
+    }
+    if (res.failed) {
+        buf_free(&res);
+        return -1;
+    }
+    *result = res.data; /* the host frees it */
+    *result_len = res.len;
+    return 0;
+}
+
+static void drop_later(rcluster *c, uint32_t table_id)
+{
+    if (c->n_drops == c->cap_drops) {
+        size_t cap = c->cap_drops ? c->cap_drops * 2 : 8;
+        uint32_t *d = realloc(c->drops, cap * sizeof *d);
+        if (d == NULL)
+            return; /* the data stays: harmless, only space */
+        c->drops = d;
+        c->cap_drops = cap;
+    }
+    c->drops[c->n_drops++] = table_id;
+}
+
+/* Keeps the catalog in step with one applied meta command. */
+static void mirror_catalog(rcluster *c, const meta_cmd *cmd, const char *dropped_name,
+                           size_t dropped_len)
+{
+    strata_err err;
+    if (cmd->kind == META_CMD_TABLE_CREATE || cmd->kind == META_CMD_TABLE_SCHEMA) {
+        if (catalog_apply(c->cat, cmd->schema, cmd->schema_len, &err) < 0)
+            fprintf(stderr, "stratad: table %u: bad catalog record: %s\n", cmd->table_id,
+                    err.msg);
+    } else if (cmd->kind == META_CMD_TABLE_DROP && dropped_name != NULL) {
+        buf b;
+        buf_init(&b, 0);
+        if (catalog_encode_drop(dropped_name, dropped_len, &b, &err) == 0)
+            catalog_apply(c->cat, b.data, b.len, &err);
+        buf_free(&b);
+        drop_later(c, cmd->table_id);
+    }
+}
+
+static int apply_meta(rcluster *c, uint64_t index, const void *data, size_t len, void **result,
+                      size_t *result_len)
+{
+    meta_cmd cmd;
+    strata_err err;
+    strata_err_clear(&err);
+    int rc = meta_decode(data, len, &cmd, &err);
+    char name[META_NAME_MAX + 1];
+    size_t name_len = 0;
+    if (rc == 0 && cmd.kind == META_CMD_TABLE_DROP) {
+        const meta_table *t = meta_table_find(c->meta, cmd.table_id);
+        if (t != NULL) {
+            name_len = t->name_len;
+            memcpy(name, t->name, name_len);
+        }
+    }
+    if (rc == 0)
+        rc = meta_apply_cmd(c->meta, &cmd, &err);
+    if (rc == 0)
+        mirror_catalog(c, &cmd, name_len ? name : NULL, name_len);
+    if (err.code == ERR_NOMEM) {
+        meta_cmd_free(&cmd);
+        return -1; /* not a deterministic outcome: the group must stop */
+    }
+    meta_cmd_free(&cmd);
+    c->meta_index = index;
+    size_t ml = rc == 0 ? 0 : strlen(err.msg);
+    uint8_t *out = malloc(1 + ml);
+    if (out == NULL)
+        return -1;
+    out[0] = (uint8_t)(rc == 0 ? ERR_NONE : err.code);
+    memcpy(out + 1, err.msg, ml);
+    *result = out;
+    *result_len = 1 + ml;
+    kick(c);
+    return 0;
+}
+
+static int fsm_apply(void *ctx, uint64_t group, uint64_t index, const void *cmd, size_t len,
+                     void **result, size_t *result_len)
+{
+    rcluster *c = ctx;
+    if (group == META_GROUP)
+        return apply_meta(c, index, cmd, len, result, result_len);
+    return apply_partition(c, group, index, cmd, len, result, result_len);
+}
+
+/* ------------------------------------------------------------------ snapshots */
+
+static void put_be(uint8_t *p, uint64_t v, int n)
+{
+    for (int i = n - 1; i >= 0; i--, v >>= 8)
+        p[i] = (uint8_t)v;
+}
+
+/* The engine key range [lo, hi) of a partition: table id | key hash. */
+static void partition_bounds(const partition_desc *d, uint8_t lo[12], uint8_t hi[12])
+{
+    put_be(lo, d->table_id, 4);
+    put_be(lo + 4, d->hash_lo, 8);
+    if (d->hash_hi == UINT64_MAX) {
+        put_be(hi, (uint64_t)d->table_id + 1, 4);
+        put_be(hi + 4, 0, 8);
+    } else {
+        put_be(hi, d->table_id, 4);
+        put_be(hi + 4, d->hash_hi + 1, 8);
+    }
+}
+
+/* Engine key marking a snapshot copy in progress into partition `pid` (table 0 is no
+ * table's: the catalog's namespace). */
+static size_t install_mark_key(uint8_t k[13], uint64_t pid)
+{
+    memset(k, 0, 4);
+    k[4] = 'I';
+    put_be(k + 5, pid, 8);
+    return 13;
+}
+
+static bool install_marked(rcluster *c, uint64_t pid)
+{
+    uint8_t k[13];
+    buf v;
+    buf_init(&v, 0);
+    int found = lsm_get(c->engine, NULL, k, install_mark_key(k, pid), &v, NULL);
+    buf_free(&v);
+    return found != 0; /* an engine error counts as marked: never apply on doubt */
+}
+
+/* Counts a partition's items and bytes from the engine (after a copy replaced them). */
+static void count_partition(rcluster *c, lpart *lp)
+{
+    uint8_t lo[12], hi[12];
+    partition_bounds(&lp->desc, lo, hi);
+    lsm_iter_options o = {.lower = lo, .lower_len = 12, .upper = hi, .upper_len = 12};
+    lsm_iter *it = lsm_iter_new(c->engine, &o, NULL);
+    lp->stats = (partition_stats){0, 0};
+    for (lsm_iter_first(it); it != NULL && lsm_iter_valid(it); lsm_iter_next(it)) {
+        size_t vlen;
+        lsm_iter_value(it, &vlen);
+        lp->stats.item_count++;
+        lp->stats.size_bytes += (int64_t)vlen;
+    }
+    lsm_iter_free(it);
+}
+
+static void install_free(rcluster *c, install *in)
+{
+    for (install **pp = &c->installs; *pp != NULL; pp = &(*pp)->next)
+        if (*pp == in) {
+            *pp = in->next;
+            break;
+        }
+    buf_free(&in->next_key);
+    free(in->chunk);
+    free(in);
+}
+
+/* The copy ends: tells the host (from a loop callback, as it requires). */
+static void install_finish(install *in, int status)
+{
+    rcluster *c = in->c;
+    strata_err err;
+    if (status != 0)
+        fprintf(stderr, "stratad: snapshot copy of partition %" PRIu64 " from node %" PRIu64
+                        " failed; the leader will offer it again\n",
+                in->pid, in->from);
+    raft_host_snapshot_installed(c->host, in->token, status, in->applied, &err);
+    install_free(c, in);
+}
+
+static void on_install_flushed(void *arg, const strata_err *err)
+{
+    install *in = arg;
+    rcluster *c = in->c;
+    in->in_flight = false;
+    if (in->dead || c->closing) {
+        install_free(c, in);
+        return;
+    }
+    lpart *lp = lpart_find(c, in->pid);
+    if (err != NULL && err->code != ERR_NONE) {
+        install_finish(in, -1);
+        return;
+    }
+    if (lp != NULL) {
+        lp->poisoned = false;
+        count_partition(c, lp);
+    }
+    fprintf(stderr, "stratad: partition %" PRIu64 " copied from node %" PRIu64 " up to entry %" PRIu64 "\n",
+            in->pid, in->from, in->applied);
+    install_finish(in, 0);
+}
+
+static void install_request(install *in);
+
+/* Writes the chunk in in->chunk to the engine; the last one also records the source's
+ * applied index for the partition and clears the mark. */
+static void install_apply_chunk(install *in)
+{
+    rcluster *c = in->c;
+    rd r;
+    rd_init(&r, in->chunk, in->chunk_len);
+    uint64_t applied = rd_varint(&r);
+    uint8_t done = rd_u8(&r);
+    uint64_t nk = rd_varint(&r);
+    const uint8_t *next = r.failed || nk > rd_left(&r) ? NULL : rd_bytes(&r, (size_t)nk);
+    lsm_batch *b = lsm_batch_new();
+    strata_err err;
+    int rc = r.failed || b == NULL || applied < in->applied ? -1 : 0;
+    while (rc == 0 && rd_left(&r) > 0) {
+        uint64_t kl = rd_varint(&r);
+        const uint8_t *k = r.failed || kl > rd_left(&r) ? NULL : rd_bytes(&r, (size_t)kl);
+        uint64_t vl = rd_varint(&r);
+        const uint8_t *v = r.failed || vl > rd_left(&r) ? NULL : rd_bytes(&r, (size_t)vl);
+        if (k == NULL || v == NULL || lsm_batch_put(b, k, kl, v, vl, &err) < 0)
+            rc = -1;
+    }
+    uint8_t mk[13];
+    if (rc == 0 && done)
+        rc = lsm_batch_delete(b, mk, install_mark_key(mk, in->pid), &err);
+    if (rc == 0)
+        rc = lsm_write(c->engine, b, in->pid, done ? applied : 0, &err);
+    lsm_batch_free(b);
+    if (rc < 0 && !r.failed && err.code == ERR_BUSY) {
+        lsm_on_writable(c->engine, on_engine_writable, c); /* reconcile() retries */
+        return;
+    }
+    if (rc < 0) {
+        install_finish(in, -1);
+        return;
+    }
+    in->applied = applied;
+    buf_reset(&in->next_key);
+    if (next != NULL)
+        buf_append(&in->next_key, next, (size_t)nk);
+    free(in->chunk);
+    in->chunk = NULL;
+    if (done) {
+        in->in_flight = true;
+        lsm_flush(c->engine, on_install_flushed, in); /* installed means durable */
+        return;
+    }
+    install_request(in);
+}
+
+static void on_chunk(void *ctx, int status, const strata_err *err, const uint8_t *data,
+                     size_t len)
+{
+    install *in = ctx;
+    rcluster *c = in->c;
+    (void)err;
+    in->in_flight = false;
+    if (in->dead || c->closing) {
+        install_free(c, in);
+        return;
+    }
+    if (status < 0 || (in->chunk = malloc(len ? len : 1)) == NULL) {
+        install_finish(in, -1);
+        return;
+    }
+    memcpy(in->chunk, data, len);
+    in->chunk_len = len;
+    install_apply_chunk(in);
+}
+
+static void install_request(install *in)
+{
+    rcluster *c = in->c;
+    buf b;
+    buf_init(&b, 0);
+    buf_put_varint(&b, in->pid);
+    buf_put_varint(&b, in->session);
+    buf_append(&b, in->next_key.data, in->next_key.len);
+    strata_err err;
+    if (!b.failed && rpc_call(c->rpc, in->from, MSG_SNAP_CHUNK, b.data, b.len,
+                              ATTEMPT_DEADLINE_MS, on_chunk, in, &err) == 0)
+        in->in_flight = true;
+    buf_free(&b);
+    if (!in->in_flight)
+        install_finish(in, -1);
+}
+
+/* fsm.install: this replica needs the state of a compacted log. Marks the partition,
+ * wipes its range and starts pulling it from `from`. */
+static int fsm_install(void *ctx, uint64_t group, uint64_t index, uint64_t term, uint64_t from,
+                       uint64_t token)
+{
+    rcluster *c = ctx;
+    (void)term;
+    lpart *lp = lpart_find(c, group);
+    if (lp == NULL || group == META_GROUP || c->closing || from == c->self)
+        return -1;
+    install *in = calloc(1, sizeof *in);
+    lsm_batch *b = lsm_batch_new();
+    uint8_t lo[12], hi[12], mk[13];
+    partition_bounds(&lp->desc, lo, hi);
+    strata_err err;
+    int rc = in != NULL && b != NULL ? 0 : -1;
+    if (rc == 0)
+        rc = lsm_batch_put(b, mk, install_mark_key(mk, group), "1", 1, &err);
+    if (rc == 0)
+        rc = lsm_batch_delete_range(b, lo, 12, hi, 12, &err);
+    if (rc == 0)
+        rc = lsm_write(c->engine, b, 0, 0, &err);
+    lsm_batch_free(b);
+    if (rc < 0) {
+        free(in);
+        return -1; /* the host asks again later */
+    }
+    lp->poisoned = true;
+    lp->stats = (partition_stats){0, 0};
+    *in = (install){.c = c, .pid = group, .token = token, .from = from, .applied = index};
+    in->session = XXH3_64bits_withSeed(&token, sizeof token, now_ms(c) ^ (c->self << 32));
+    buf_init(&in->next_key, 0);
+    in->next = c->installs;
+    c->installs = in;
+    fprintf(stderr, "stratad: partition %" PRIu64 " is behind a compacted log: copying it from node %" PRIu64 "\n",
+            group, from);
+    buf p;
+    buf_init(&p, 0);
+    buf_put_varint(&p, in->pid);
+    buf_put_varint(&p, in->session);
+    rc = p.failed ? -1 : rpc_call(c->rpc, from, MSG_SNAP_CHUNK, p.data, p.len, ATTEMPT_DEADLINE_MS,
+                                  on_chunk, in, &err);
+    buf_free(&p);
+    if (rc < 0) {
+        install_free(c, in);
+        return -1;
+    }
+    in->in_flight = true;
+    return 0;
+}
+
+/* Chunks refused by the engine, and copies of replicas that went away. */
+static void installs_step(rcluster *c)
+{
+    for (install *in = c->installs, *next; in != NULL; in = next) {
+        next = in->next;
+        if (in->in_flight)
+            continue;
+        if (lpart_find(c, in->pid) == NULL || in->dead)
+            install_free(c, in);
+        else if (in->chunk != NULL)
+            install_apply_chunk(in);
+    }
+}
+
+static void session_free(rcluster *c, session *s)
+{
+    for (session **pp = &c->sessions; *pp != NULL; pp = &(*pp)->next)
+        if (*pp == s) {
+            *pp = s->next;
+            break;
+        }
+    lsm_snapshot_release(c->engine, s->snap);
+    free(s);
+}
+
+static session *session_open(rcluster *c, uint64_t peer, uint64_t pid, uint64_t id,
+                             strata_err *err)
+{
+    raft_host_group_stats st;
+    lpart *lp = lpart_find(c, pid);
+    if (lp == NULL || lp->poisoned || raft_host_group_info(c->host, pid, &st, NULL) < 0 ||
+        st.failed || st.installing) {
+        strata_err_set(err, ERR_UNAVAILABLE, "no complete replica of partition %" PRIu64 " here",
+                       pid);
+        return NULL;
+    }
+    session *s = calloc(1, sizeof *s);
+    if (s == NULL) {
+        strata_err_set(err, ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    /* Taken in the same loop turn as the applied index: the two agree. */
+    *s = (session){.peer = peer, .pid = pid, .id = id, .applied = st.applied_index,
+                   .snap = lsm_snapshot_new(c->engine)};
+    s->next = c->sessions;
+    c->sessions = s;
+    return s;
+}
+
+static void serve_snap_chunk(rcluster *c, uint64_t peer, const uint8_t *data, size_t len,
+                             rpc_responder *resp)
+{
+    rd r;
+    rd_init(&r, data, len);
+    uint64_t pid = rd_varint(&r);
+    uint64_t id = rd_varint(&r);
+    size_t start_len = rd_left(&r);
+    const uint8_t *start = rd_bytes(&r, start_len);
+    lpart *lp = lpart_find(c, pid);
+    if (r.failed || lp == NULL) {
+        rpc_respond_error(resp, ERR_UNAVAILABLE, "no replica of that partition here");
+        return;
+    }
+    session *s = c->sessions;
+    while (s != NULL && !(s->peer == peer && s->pid == pid && s->id == id))
+        s = s->next;
+    strata_err err;
+    if (s == NULL && start_len > 0) {
+        rpc_respond_error(resp, ERR_NOT_FOUND, "snapshot session expired");
+        return;
+    }
+    if (s == NULL && (s = session_open(c, peer, pid, id, &err)) == NULL) {
+        rpc_respond_error(resp, err.code, err.msg);
+        return;
+    }
+    s->last_used = now_ms(c);
+    uint8_t lo[12], hi[12];
+    partition_bounds(&lp->desc, lo, hi);
+    lsm_iter_options o = {.snapshot = s->snap, .lower = lo, .lower_len = 12, .upper = hi,
+                          .upper_len = 12};
+    lsm_iter *it = lsm_iter_new(c->engine, &o, &err);
+    if (it == NULL) {
+        rpc_respond_error(resp, err.code, err.msg);
+        return;
+    }
+    buf items, out, last;
+    buf_init(&items, 0);
+    buf_init(&out, 0);
+    buf_init(&last, 0);
+    if (start_len > 0)
+        lsm_iter_seek(it, start, start_len);
+    else
+        lsm_iter_first(it);
+    /* A copy: the iterator's key memory changes when it moves. */
+    for (; lsm_iter_valid(it) && items.len < SNAP_CHUNK_BYTES; lsm_iter_next(it)) {
+        size_t kl, vl;
+        const uint8_t *k = lsm_iter_key(it, &kl);
+        const uint8_t *v = lsm_iter_value(it, &vl);
+        buf_put_varint(&items, kl);
+        buf_append(&items, k, kl);
+        buf_put_varint(&items, vl);
+        buf_append(&items, v, vl);
+        buf_reset(&last);
+        buf_append(&last, k, kl);
+    }
+    bool done = !lsm_iter_valid(it);
+    int rc = lsm_iter_status(it, &err);
+    buf_put_varint(&out, s->applied);
+    buf_put_u8(&out, done ? 1 : 0);
+    /* The next chunk starts just after the last key: that key followed by a 0 byte. */
+    buf_put_varint(&out, done ? 0 : last.len + 1);
+    if (!done) {
+        buf_append(&out, last.data, last.len);
+        buf_put_u8(&out, 0);
+    }
+    buf_append(&out, items.data, items.len);
+    lsm_iter_free(it);
+    if (rc < 0)
+        rpc_respond_error(resp, err.code, err.msg);
+    else if (out.failed || items.failed || last.failed)
+        rpc_respond_error(resp, ERR_NOMEM, "out of memory");
+    else
+        rpc_respond(resp, out.data, out.len, NULL);
+    buf_free(&items);
+    buf_free(&out);
+    buf_free(&last);
+    if (done || rc < 0)
+        session_free(c, s);
+}
+
+/* Periodic: compacts logs up to what the engine holds durably, ends idle sessions. */
+static void snapshots_tick(rcluster *c)
+{
+    uint64_t now = now_ms(c);
+    for (session *s = c->sessions, *next; s != NULL; s = next) {
+        next = s->next;
+        if (now - s->last_used > SNAP_SESSION_IDLE_MS)
+            session_free(c, s);
+    }
+    if (now - c->last_compact < COMPACT_EVERY_MS)
+        return;
+    c->last_compact = now;
+    for (size_t i = 0; i < c->n_parts; i++) {
+        lpart *lp = &c->parts[i];
+        raft_host_group_stats st;
+        if (lp->poisoned || raft_host_group_info(c->host, lp->id, &st, NULL) < 0 ||
+            st.installing || st.failed)
+            continue;
+        uint64_t durable = lsm_durable_index(c->engine, lp->id);
+        if (durable <= st.applied_index && durable >= st.snapshot_index + COMPACT_MIN_ENTRIES)
+            raft_host_compact(c->host, lp->id, durable, NULL);
+    }
+}
+
+/* ------------------------------------------------------------------ transport */
+
+static int transport_send(void *ctx, uint64_t to, uint64_t group, const void *msg, size_t len)
+{
+    rcluster *c = ctx;
+    if (c->rpc == NULL)
+        return 0;
+    buf_reset(&c->scratch);
+    buf_put_u64be(&c->scratch, group);
+    buf_append(&c->scratch, msg, len);
+    if (!c->scratch.failed)
+        rpc_send(c->rpc, to, MSG_RAFT, c->scratch.data, c->scratch.len, NULL);
+    return 0; /* best effort: Raft retries */
+}
+
+/* ------------------------------------------------------------------ serving peers */
+
+static void respond_retry(rpc_responder *resp, uint64_t leader, const char *why)
+{
+    char msg[128];
+    snprintf(msg, sizeof msg, RETRY_PREFIX "leader=%" PRIu64 " %s", leader, why);
+    rpc_respond_error(resp, ERR_UNAVAILABLE, msg);
+}
+
+static void on_served_write(void *data, const raft_host_outcome *out)
+{
+    rpc_responder *resp = data;
+    if (out->code == ERR_NONE) {
+        buf b;
+        buf_init(&b, 10 + out->result_len);
+        buf_put_varint(&b, out->index);
+        buf_append(&b, out->result, out->result_len);
+        rpc_respond(resp, b.data, b.len, NULL);
+        buf_free(&b);
+    } else
+        rpc_respond_error(resp, out->code == ERR_UNAVAILABLE ? ERR_UNAVAILABLE : ERR_INTERNAL,
+                          "leadership lost or replica failed; outcome unknown");
+}
+
+static void serve_write(rcluster *c, const uint8_t *data, size_t len, rpc_responder *resp)
+{
+    rd r;
+    rd_init(&r, data, len);
+    uint64_t pid = rd_varint(&r);
+    uint64_t epoch = rd_varint(&r);
+    if (r.failed || pid == META_GROUP) {
+        rpc_respond_error(resp, ERR_CORRUPT, "malformed partition write");
+        return;
+    }
+    const meta_partition *mp = meta_partition_find(c->meta, pid);
+    if (mp != NULL && epoch < mp->epoch) {
+        respond_retry(resp, 0, "stale partition epoch");
+        return;
+    }
+    strata_err err;
+    if (!raft_host_is_leader(c->host, pid) ||
+        raft_host_submit(c->host, pid, data + (len - rd_left(&r)), rd_left(&r), on_served_write,
+                         resp, &err) < 0)
+        respond_retry(resp, raft_host_leader(c->host, pid), "not the leader");
+}
+
+typedef struct {
+    rcluster *c;
+    rpc_responder *resp;
+    uint64_t pid;
+    arena arena;
+    partition_read_req req;
+} served_read;
+
+/* The request names this partition's table and that table's key schema: a request
+ * built against another schema must not reach partition_read. */
+static bool read_matches_table(const rcluster *c, const lpart *lp, const partition_read_req *req)
+{
+    const table_info *t = catalog_find_id(c->cat, lp->desc.table_id);
+    if (t == NULL || req->table_id != lp->desc.table_id)
+        return false;
+    partition_key_schema ks;
+    catalog_key_schema(&t->schema, &ks);
+    return ks.hash_type == req->ks.hash_type && ks.range_type == req->ks.range_type &&
+           ks.hash_name_len == req->ks.hash_name_len &&
+           memcmp(ks.hash_name, req->ks.hash_name, ks.hash_name_len) == 0 &&
+           ks.range_name_len == req->ks.range_name_len &&
+           (ks.range_name_len == 0 ||
+            memcmp(ks.range_name, req->ks.range_name, ks.range_name_len) == 0);
+}
+
+static void served_read_run(served_read *s)
+{
+    lpart *lp = lpart_find(s->c, s->pid);
+    partition_read_res res;
+    strata_err err;
+    buf out;
+    buf_init(&out, 0);
+    if (lp == NULL) {
+        respond_retry(s->resp, 0, "no replica here");
+    } else if (!read_matches_table(s->c, lp, &s->req)) {
+        rpc_respond_error(s->resp, ERR_RESOURCE_NOT_FOUND, "Requested resource not found");
+    } else if (partition_read(s->c->engine, &lp->desc, &s->req, &s->arena, &res, &err) < 0 ||
+               partition_read_res_encode(&res, &out, &err) < 0) {
+        rpc_respond_error(s->resp, err.code, err.msg);
+    } else if (rpc_respond(s->resp, out.data, out.len, &err) < 0) {
+        fprintf(stderr, "stratad: read answer dropped: %s\n", err.msg);
+    }
+    buf_free(&out);
+    arena_free(&s->arena);
+    free(s);
+}
+
+static void on_served_barrier(void *data, const raft_host_outcome *out)
+{
+    served_read *s = data;
+    if (out->code != ERR_NONE) {
+        respond_retry(s->resp, out->leader_hint, "leadership not confirmed");
+        arena_free(&s->arena);
+        free(s);
+        return;
+    }
+    served_read_run(s);
+}
+
+static void serve_read(rcluster *c, const uint8_t *data, size_t len, rpc_responder *resp)
+{
+    rd r;
+    rd_init(&r, data, len);
+    uint64_t pid = rd_varint(&r);
+    uint8_t strong = rd_u8(&r);
+    uint64_t min_index = rd_varint(&r);
+    served_read *s = calloc(1, sizeof *s);
+    if (s == NULL) {
+        rpc_respond_error(resp, ERR_NOMEM, "out of memory");
+        return;
+    }
+    s->c = c;
+    s->resp = resp;
+    s->pid = pid;
+    arena_init(&s->arena, READ_ARENA_LIMIT);
+    strata_err err;
+    if (r.failed || pid == META_GROUP ||
+        partition_read_req_decode(data + (len - rd_left(&r)), rd_left(&r), &s->arena, &s->req,
+                                  &err) < 0) {
+        rpc_respond_error(resp, ERR_CORRUPT, "malformed partition read");
+        arena_free(&s->arena);
+        free(s);
+        return;
+    }
+    if (!strong) {
+        if (local_replica_fresh(c, pid, min_index))
+            served_read_run(s);
+        else {
+            respond_retry(resp, raft_host_leader(c->host, pid), "replica not caught up");
+            arena_free(&s->arena);
+            free(s);
+        }
+        return;
+    }
+    if (!raft_host_is_leader(c->host, pid) ||
+        raft_host_read_barrier(c->host, pid, on_served_barrier, s, &err) < 0) {
+        respond_retry(resp, raft_host_leader(c->host, pid), "not the leader");
+        arena_free(&s->arena);
+        free(s);
+    }
+}
+
+static void on_served_meta(void *data, const raft_host_outcome *out)
+{
+    rpc_responder *resp = data;
+    if (out->code != ERR_NONE) {
+        rpc_respond_error(resp, ERR_UNAVAILABLE, "meta leadership lost; outcome unknown");
+        return;
+    }
+    buf b;
+    buf_init(&b, 0);
+    const uint8_t *res = out->result;
+    buf_put_u8(&b, out->result_len ? res[0] : ERR_NONE);
+    buf_put_varint(&b, out->index);
+    if (out->result_len > 1)
+        buf_append(&b, res + 1, out->result_len - 1);
+    rpc_respond(resp, b.data, b.len, NULL);
+    buf_free(&b);
+}
+
+static void serve_meta_propose(rcluster *c, const uint8_t *data, size_t len, rpc_responder *resp)
+{
+    strata_err err;
+    if (!c->voter || !raft_host_is_leader(c->host, META_GROUP) ||
+        raft_host_submit(c->host, META_GROUP, data, len, on_served_meta, resp, &err) < 0)
+        respond_retry(resp, meta_leader(c), "not the meta leader");
+}
+
+static void serve_meta_fetch(rcluster *c, rpc_responder *resp)
+{
+    if (!c->voter) {
+        respond_retry(resp, meta_leader(c), "not a meta voter");
+        return;
+    }
+    buf b;
+    buf_init(&b, 0);
+    strata_err err;
+    buf_put_varint(&b, c->meta_index);
+    if (meta_state_encode(c->meta, &b, &err) < 0)
+        rpc_respond_error(resp, err.code, err.msg);
+    else
+        rpc_respond(resp, b.data, b.len, NULL);
+    buf_free(&b);
+}
+
+static int start_meta_group(rcluster *c, strata_err *err);
+
+/* The bootstrap node forms the cluster once `expect` nodes (itself included) asked. */
+static void maybe_form(rcluster *c)
+{
+    if (c->formed || !c->bootstrap || (int)c->n_joiners + 1 < c->expect)
+        return;
+    member m[MAX_META_VOTERS];
+    size_t n = 0;
+    m[n].id = c->self;
+    snprintf(m[n].addr, sizeof m[n].addr, "%s", c->me.peer_addr);
+    n++;
+    for (size_t i = 0; i < c->n_joiners && n < (size_t)c->expect; i++, n++) {
+        m[n].id = c->joiners[i].id;
+        snprintf(m[n].addr, sizeof m[n].addr, "%s", c->joiners[i].peer_addr);
+    }
+    /* Same order on every member: by node id. */
+    for (size_t i = 1; i < n; i++)
+        for (size_t j = i; j > 0 && m[j].id < m[j - 1].id; j--) {
+            member t = m[j];
+            m[j] = m[j - 1];
+            m[j - 1] = t;
+        }
+    memcpy(c->members, m, n * sizeof *m);
+    c->n_members = n;
+    strata_err err;
+    if (cluster_file_write(c, &err) < 0 || start_meta_group(c, &err) < 0) {
+        fprintf(stderr, "stratad: cannot form the cluster: %s\n", err.msg);
+        c->n_members = 0;
+        return;
+    }
+    fprintf(stderr, "stratad: cluster formed with %zu meta voters\n", n);
+}
+
+static void serve_join(rcluster *c, const uint8_t *data, size_t len, rpc_responder *resp)
+{
+    meta_cmd cmd;
+    strata_err err;
+    if (meta_decode(data, len, &cmd, &err) < 0 || cmd.kind != META_CMD_NODE_REGISTER) {
+        rpc_respond_error(resp, ERR_VALIDATION, "malformed join request");
+        return;
+    }
+    if (!c->formed && c->bootstrap) {
+        bool known = cmd.node.id == c->self;
+        for (size_t i = 0; i < c->n_joiners; i++)
+            known = known || c->joiners[i].id == cmd.node.id;
+        if (!known && c->n_joiners < MAX_META_VOTERS)
+            c->joiners[c->n_joiners++] = cmd.node;
+        maybe_form(c);
+    }
+    meta_cmd_free(&cmd);
+    buf b;
+    buf_init(&b, 0);
+    if (c->formed)
+        members_text(c, &b);
+    rpc_respond(resp, b.data, b.len, NULL);
+    buf_free(&b);
+}
+
+static void on_request(void *ctx, uint64_t peer, uint32_t type, const uint8_t *data, size_t len,
+                       rpc_responder *resp)
+{
+    rcluster *c = ctx;
+    if (c->closing) {
+        respond_retry(resp, 0, "shutting down");
+        return;
+    }
+    switch (type) {
+    case MSG_JOIN:
+        serve_join(c, data, len, resp);
+        return;
+    case MSG_META_PROPOSE:
+        serve_meta_propose(c, data, len, resp);
+        return;
+    case MSG_META_FETCH:
+        serve_meta_fetch(c, resp);
+        return;
+    case MSG_PART_WRITE:
+        serve_write(c, data, len, resp);
+        return;
+    case MSG_PART_READ:
+        serve_read(c, data, len, resp);
+        return;
+    case MSG_SNAP_CHUNK:
+        serve_snap_chunk(c, peer, data, len, resp);
+        return;
+    }
+    rpc_respond_error(resp, ERR_UNKNOWN_OPERATION, "unknown request type");
+}
+
+static void on_message(void *ctx, uint64_t peer, uint32_t type, const uint8_t *data, size_t len)
+{
+    rcluster *c = ctx;
+    if (c->closing || type != MSG_RAFT || len < 8 || c->host == NULL)
+        return;
+    uint64_t group = 0;
+    for (int i = 0; i < 8; i++)
+        group = group << 8 | data[i];
+    raft_host_receive(c->host, peer, group, data + 8, len - 8, NULL);
+}
+
+static void on_peer_state(void *ctx, uint64_t peer, bool connected)
+{
+    rcluster *c = ctx;
+    peer_state *p = peer_find(c, peer);
+    if (p != NULL)
+        p->connected = connected;
+}
+
+/* ------------------------------------------------------------------ joining and the map */
+
+static int start_meta_group(rcluster *c, strata_err *err)
+{
+    uint64_t ids[MAX_META_VOTERS];
+    c->voter = false;
+    for (size_t i = 0; i < c->n_members; i++) {
+        ids[i] = c->members[i].id;
+        c->voter = c->voter || ids[i] == c->self;
+        peer_ensure(c, c->members[i].id, c->members[i].addr);
+    }
+    c->formed = true;
+    if (!c->voter)
+        return 0;
+    return raft_host_start_group(c->host, META_GROUP, ids, c->n_members, 0, err);
+}
+
+static void on_join_answer(void *ctx, int status, const strata_err *err, const uint8_t *data,
+                           size_t len)
+{
+    join_slot *slot = ctx;
+    rcluster *c = slot->c;
+    slot->busy = false;
+    (void)err;
+    if (status < 0 || len == 0 || c->closing || c->formed)
+        return;
+    strata_err e;
+    if (members_parse(c, (const char *)data, len, &e) < 0) {
+        fprintf(stderr, "stratad: bad join answer: %s\n", e.msg);
+        return;
+    }
+    if (cluster_file_write(c, &e) < 0 || start_meta_group(c, &e) < 0) {
+        fprintf(stderr, "stratad: cannot join: %s\n", e.msg);
+        c->formed = false;
+        return;
+    }
+    fprintf(stderr, "stratad: joined the cluster (%zu meta voters%s)\n", c->n_members,
+            c->voter ? ", this node among them" : "");
+}
+
+static void ask_to_join(rcluster *c)
+{
+    buf b;
+    buf_init(&b, 0);
+    meta_cmd cmd = {.kind = META_CMD_NODE_REGISTER, .now_ms = now_ms(c), .node = c->me};
+    strata_err err;
+    if (meta_encode(&cmd, &b, &err) < 0) {
+        buf_free(&b);
+        return;
+    }
+    for (size_t i = 0; i < c->n_join; i++) {
+        if (c->join[i].busy)
+            continue;
+        if (rpc_call(c->rpc, RPC_SEED_ID_MIN + i, MSG_JOIN, b.data, b.len, JOIN_CALL_MS,
+                     on_join_answer, &c->join[i], &err) == 0)
+            c->join[i].busy = true;
+    }
+    buf_free(&b);
+}
+
+static void on_fetched(void *ctx, int status, const strata_err *err, const uint8_t *data,
+                       size_t len)
+{
+    rcluster *c = ctx;
+    c->fetch_in_flight = false;
+    if (status < 0) {
+        int64_t h = retry_hint(err);
+        if (h > 0)
+            c->meta_leader_hint = (uint64_t)h;
+        return;
+    }
+    if (c->closing)
+        return;
+    rd r;
+    rd_init(&r, data, len);
+    uint64_t index = rd_varint(&r);
+    if (r.failed || index <= c->meta_index)
+        return;
+    strata_err e;
+    meta_state *s = meta_state_decode(data + (len - rd_left(&r)), rd_left(&r), &e);
+    if (s == NULL) {
+        fprintf(stderr, "stratad: bad cluster map from a meta voter: %s\n", e.msg);
+        return;
+    }
+    meta_free(c->meta);
+    c->meta = s;
+    c->meta_index = index;
+    catalog_rebuild(c);
+    kick(c);
+}
+
+/* Nodes outside the meta group follow the map by fetching it. */
+static void fetch_meta(rcluster *c)
+{
+    if (c->voter || !c->formed || c->fetch_in_flight || c->n_members == 0)
+        return;
+    uint64_t target = c->meta_leader_hint;
+    if (target == 0 || !node_usable(c, target))
+        target = c->members[(c->last_fetch / META_FETCH_MS) % c->n_members].id;
+    c->last_fetch = now_ms(c);
+    strata_err err;
+    if (rpc_call(c->rpc, target, MSG_META_FETCH, NULL, 0, ATTEMPT_DEADLINE_MS, on_fetched, c,
+                 &err) == 0)
+        c->fetch_in_flight = true;
+}
+
+static void on_registered(void *ctx, const strata_err *err, const uint8_t *res, size_t len)
+{
+    rcluster *c = ctx;
+    (void)res;
+    (void)len;
+    c->register_in_flight = false;
+    if (err != NULL && err->code != ERR_RESOURCE_IN_USE && !c->closing)
+        fprintf(stderr, "stratad: registering this node: %s (retrying)\n", err->msg);
+}
+
+static void register_self(rcluster *c)
+{
+    if (!c->formed || c->register_in_flight || meta_node_find(c->meta, c->self) != NULL)
+        return;
+    if (meta_leader(c) == 0 && c->voter)
+        return; /* no meta leader yet: wait for the election */
+    meta_cmd cmd = {.kind = META_CMD_NODE_REGISTER, .now_ms = now_ms(c), .node = c->me};
+    strata_err err;
+    if (propose_meta(c, &cmd, on_registered, c, &err) == 0)
+        c->register_in_flight = true;
+}
+
+/* Starts the replicas the map gives this node and stops those it took away. */
+static void reconcile_groups(rcluster *c)
+{
+    strata_err err;
+    for (size_t i = 0; i < meta_partition_count(c->meta); i++) {
+        const meta_partition *mp = meta_partition_at(c->meta, i);
+        meta_role role;
+        if (!meta_partition_has(mp, c->self, &role) || lpart_find(c, mp->id) != NULL)
+            continue;
+        uint64_t voters[META_MAX_MEMBERS];
+        size_t nv = 0;
+        for (uint32_t k = 0; k < mp->n_members; k++)
+            if (mp->members[k].role == META_VOTER)
+                voters[nv++] = mp->members[k].node;
+        lpart *lp = lpart_add(c, mp->id, &err);
+        if (lp == NULL)
+            return;
+        lp->desc = (partition_desc){
+            .id = mp->id, .table_id = mp->table_id, .hash_lo = mp->hash_lo, .hash_hi = mp->hash_hi};
+        uint64_t applied = lsm_durable_index(c->engine, mp->id);
+        if (install_marked(c, mp->id)) {
+            lp->poisoned = true;
+            fprintf(stderr, "stratad: partition %" PRIu64 " holds a partial snapshot copy: it "
+                            "applies nothing until a new copy completes\n",
+                    mp->id);
+        } else {
+            count_partition(c, lp);
+        }
+        if (raft_host_start_group(c->host, mp->id, voters, nv, applied, &err) < 0) {
+            fprintf(stderr, "stratad: cannot start partition %" PRIu64 ": %s\n", mp->id, err.msg);
+            lpart_remove(c, lpart_find(c, mp->id));
+        }
+    }
+    for (size_t i = 0; i < c->n_parts;) {
+        lpart *lp = &c->parts[i];
+        const meta_partition *mp = meta_partition_find(c->meta, lp->id);
+        if (mp != NULL && meta_partition_has(mp, c->self, NULL)) {
+            i++;
+            continue;
+        }
+        uint64_t id = lp->id;
+        for (install *in = c->installs; in != NULL; in = in->next)
+            if (in->pid == id)
+                in->dead = true;
+        raft_host_stop_group(c->host, id, NULL);
+        wal_drop_group(c->log, id, NULL, NULL, NULL);
+        lpart_remove(c, lp);
+    }
+}
+
+/* Deletes the data of dropped tables (an engine range delete; repeated harmlessly when
+ * the drop is applied again after a restart). */
+static void delete_dropped(rcluster *c)
+{
+    while (c->n_drops > 0) {
+        uint32_t t = c->drops[c->n_drops - 1];
+        uint8_t lo[4] = {(uint8_t)(t >> 24), (uint8_t)(t >> 16), (uint8_t)(t >> 8), (uint8_t)t};
+        uint32_t u = t + 1;
+        uint8_t hi[4] = {(uint8_t)(u >> 24), (uint8_t)(u >> 16), (uint8_t)(u >> 8), (uint8_t)u};
+        lsm_batch *b = lsm_batch_new();
+        strata_err err;
+        int rc = b != NULL ? lsm_batch_delete_range(b, lo, 4, hi, 4, &err) : -1;
+        if (rc == 0)
+            rc = lsm_write(c->engine, b, 0, 0, &err);
+        lsm_batch_free(b);
+        if (rc < 0 && b != NULL && err.code == ERR_BUSY)
+            return; /* next tick */
+        c->n_drops--;
+    }
+}
+
+static void reconcile(rcluster *c)
+{
+    if (c->closing)
+        return;
+    for (size_t i = 0; i < meta_node_count(c->meta); i++) {
+        const meta_node *n = meta_node_at(c->meta, i);
+        if (n->state != META_NODE_REMOVED)
+            peer_ensure(c, n->id, n->peer_addr);
+    }
+    reconcile_groups(c);
+    installs_step(c);
+    delete_dropped(c);
+    for (size_t i = 0; i < c->n_parts; i++)
+        if (c->parts[i].busy) {
+            c->parts[i].busy = false;
+            raft_host_apply_resume(c->host, c->parts[i].id);
+        }
+    finish_meta_waiters(c);
+}
+
+static void on_kick(uv_timer_t *t)
+{
+    rcluster *c = t->data;
+    c->kick_armed = false;
+    reconcile(c);
+}
+
+/* Runs reconcile() at the next loop iteration: callers may be inside the host. */
+static void kick(rcluster *c)
+{
+    if (c->kick_armed || c->closing)
+        return;
+    c->kick_armed = true;
+    uv_timer_start(&c->kick, on_kick, 0, 0);
+}
+
+static void on_tick(uv_timer_t *t)
+{
+    rcluster *c = t->data;
+    if (c->closing)
+        return;
+    if (!c->formed)
+        ask_to_join(c);
+    if (!c->voter && now_ms(c) - c->last_fetch >= META_FETCH_MS)
+        fetch_meta(c);
+    register_self(c);
+    snapshots_tick(c);
+    reconcile(c);
+}
+
+/* ------------------------------------------------------------------ the router's calls */
+
+const catalog *rcluster_catalog(const rcluster *c)
+{
+    return c->cat;
+}
+
+static int table_create_cmd(rcluster *c, const uint8_t *rec, size_t len, const catalog_change *ch,
+                            meta_cmd *cmd, meta_partition **parts, strata_err *err)
+{
+    catalog *tmp = catalog_new();
+    if (tmp == NULL)
+        return strata_err_set(err, ERR_NOMEM, "out of memory");
+    int rc = catalog_apply(tmp, rec, len, err);
+    const table_info *t = rc == 0 ? catalog_find(tmp, ch->name, ch->name_len) : NULL;
+    if (rc == 0 && t == NULL)
+        rc = strata_err_set(err, ERR_INTERNAL, "catalog record without its table");
+    if (rc == 0) {
+        *parts = calloc(t->n_partitions, sizeof **parts);
+        if (*parts == NULL)
+            rc = strata_err_set(err, ERR_NOMEM, "out of memory");
+    }
+    if (rc == 0)
+        rc = placement_new_table(c->meta, t->schema.table_id, t->n_partitions,
+                                 t->partitions[0].id, *parts, err);
+    if (rc == 0) {
+        /* The map's partitions are the catalog's, with the planner's replicas. */
+        for (size_t i = 0; i < t->n_partitions; i++) {
+            (*parts)[i].id = t->partitions[i].id;
+            (*parts)[i].hash_lo = t->partitions[i].hash_lo;
+            (*parts)[i].hash_hi = t->partitions[i].hash_hi;
+        }
+        *cmd = (meta_cmd){.kind = META_CMD_TABLE_CREATE,
+                          .now_ms = now_ms(c),
+                          .table_id = t->schema.table_id,
+                          .name = ch->name,
+                          .name_len = ch->name_len,
+                          .schema = rec,
+                          .schema_len = len,
+                          .parts = *parts,
+                          .n_parts = t->n_partitions};
+    } else if (err->code == ERR_VALIDATION) {
+        char why[STRATA_ERR_MSG_MAX];
+        snprintf(why, sizeof why, "%s", err->msg);
+        strata_err_set(err, ERR_UNAVAILABLE,
+                       "The cluster cannot place a new table yet (%s); retry once three "
+                       "availability zones have nodes",
+                       why);
+    }
+    catalog_free(tmp);
+    return rc;
+}
+
+int rcluster_catalog_write(rcluster *c, const uint8_t *rec, size_t len, router_cb cb, void *ctx,
+                           strata_err *err)
+{
+    if (c->closing)
+        return strata_err_set(err, ERR_UNAVAILABLE, "The server is shutting down");
+    catalog_change ch;
+    if (catalog_record_peek(rec, len, &ch, err) < 0)
+        return -1;
+    const meta_table *t = meta_table_find_name(c->meta, ch.name, ch.name_len);
+    meta_cmd cmd;
+    meta_partition *parts = NULL;
+    if (ch.drop) {
+        if (t == NULL)
+            return strata_err_set(err, ERR_RESOURCE_NOT_FOUND, "Requested resource not found");
+        cmd = (meta_cmd){.kind = META_CMD_TABLE_DROP, .now_ms = now_ms(c), .table_id = t->id};
+    } else if (t != NULL) {
+        cmd = (meta_cmd){.kind = META_CMD_TABLE_SCHEMA,
+                         .now_ms = now_ms(c),
+                         .table_id = t->id,
+                         .schema = rec,
+                         .schema_len = len};
+    } else if (table_create_cmd(c, rec, len, &ch, &cmd, &parts, err) < 0) {
+        return -1;
+    }
+    int rc = propose_meta(c, &cmd, cb, ctx, err);
+    free(parts);
+    return rc;
+}
+
+int rcluster_write(rcluster *c, uint32_t table_id, uint64_t hash, const uint8_t *cmd, size_t len,
+                   router_cb cb, void *ctx, strata_err *err)
+{
+    if (c->closing)
+        return strata_err_set(err, ERR_UNAVAILABLE, "The server is shutting down");
+    const meta_partition *mp = meta_partition_for_hash(c->meta, table_id, hash);
+    if (mp == NULL)
+        return strata_err_set(err, ERR_RESOURCE_NOT_FOUND, "Requested resource not found");
+    op *o = op_new(c, OP_WRITE, cmd, len);
+    if (o == NULL)
+        return strata_err_set(err, ERR_NOMEM, "out of memory");
+    o->pid = mp->id;
+    o->table_id = table_id;
+    o->wcb = cb;
+    o->ctx = ctx;
+    op_start(o);
+    return 0;
+}
+
+int rcluster_read(rcluster *c, uint32_t table_id, uint64_t partition_id,
+                  const partition_read_req *req, arena *a, router_read_cb cb, void *ctx,
+                  strata_err *err)
+{
+    if (c->closing)
+        return strata_err_set(err, ERR_UNAVAILABLE, "The server is shutting down");
+    const meta_partition *mp = meta_partition_find(c->meta, partition_id);
+    if (mp == NULL || mp->table_id != table_id)
+        return strata_err_set(err, ERR_RESOURCE_NOT_FOUND, "Requested resource not found");
+    op *o = op_new(c, OP_READ, NULL, 0);
+    if (o == NULL)
+        return strata_err_set(err, ERR_NOMEM, "out of memory");
+    o->pid = partition_id;
+    o->table_id = table_id;
+    o->req = req;
+    o->arena = a;
+    o->rcb = cb;
+    o->ctx = ctx;
+    op_start(o);
+    return 0;
+}
+
+partition_stats rcluster_table_stats(const rcluster *c, uint32_t table_id)
+{
+    partition_stats sum = {0, 0};
+    size_t n;
+    const meta_partition *mp = meta_table_partitions(c->meta, table_id, &n);
+    for (size_t i = 0; i < n; i++) {
+        const lpart *lp = lpart_find(c, mp[i].id);
+        if (lp != NULL) {
+            sum.item_count += lp->stats.item_count;
+            sum.size_bytes += lp->stats.size_bytes;
+        }
+    }
+    return sum;
+}
+
+size_t rcluster_inflight(const rcluster *c)
+{
+    return c->n_ops;
+}
+
+bool rcluster_ready(const rcluster *c)
+{
+    const meta_node *n = c->formed ? meta_node_find(c->meta, c->self) : NULL;
+    return n != NULL && n->state == META_NODE_ACTIVE;
+}
+
+static const char *raft_state_name(int st)
+{
+    switch (st) {
+    case 1:
+        return "follower";
+    case 2:
+        return "candidate";
+    case 3:
+        return "leader";
+    default:
+        return "unavailable";
+    }
+}
+
+static void json_str(buf *out, const char *s)
+{
+    buf_put_u8(out, '"');
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\')
+            buf_printf(out, "\\%c", ch);
+        else if (ch < 0x20)
+            buf_printf(out, "\\u%04x", ch);
+        else
+            buf_put_u8(out, ch);
+    }
+    buf_put_u8(out, '"');
+}
+
+void rcluster_status_json(rcluster *c, buf *out)
+{
+    buf_printf(out, "{\"node_id\":%" PRIu64 ",\"ready\":%s,\"meta_voter\":%s,\"meta_leader\":%" PRIu64
+                    ",\"meta_index\":%" PRIu64 ",\"nodes\":[",
+               c->self, rcluster_ready(c) ? "true" : "false", c->voter ? "true" : "false",
+               meta_leader(c), c->meta_index);
+    for (size_t i = 0; i < meta_node_count(c->meta); i++) {
+        const meta_node *n = meta_node_at(c->meta, i);
+        buf_printf(out, "%s{\"id\":%" PRIu64 ",\"az\":", i ? "," : "", n->id);
+        json_str(out, n->az);
+        buf_printf(out, ",\"host\":");
+        json_str(out, n->host);
+        buf_printf(out, ",\"state\":\"%s\",\"client\":", meta_node_state_name(n->state));
+        json_str(out, n->client_addr);
+        buf_printf(out, ",\"peer\":");
+        json_str(out, n->peer_addr);
+        buf_printf(out, ",\"connected\":%s}", node_usable(c, n->id) ? "true" : "false");
+    }
+    buf_printf(out, "],\"partitions\":[");
+    for (size_t i = 0; i < meta_partition_count(c->meta); i++) {
+        const meta_partition *mp = meta_partition_at(c->meta, i);
+        const meta_table *t = meta_table_find(c->meta, mp->table_id);
+        buf_printf(out, "%s{\"id\":%" PRIu64 ",\"table_id\":%u,\"table\":", i ? "," : "", mp->id,
+                   mp->table_id);
+        json_str(out, t != NULL ? t->name : "");
+        uint64_t leader = lpart_find(c, mp->id) ? raft_host_leader(c->host, mp->id)
+                                                 : hint_get(c, mp->id);
+        buf_printf(out,
+                   ",\"hash_lo\":\"%016" PRIx64 "\",\"hash_hi\":\"%016" PRIx64
+                   "\",\"epoch\":%" PRIu64 ",\"leader\":%" PRIu64 ",\"members\":[",
+                   mp->hash_lo, mp->hash_hi, mp->epoch, leader);
+        for (uint32_t k = 0; k < mp->n_members; k++)
+            buf_printf(out, "%s%" PRIu64, k ? "," : "", mp->members[k].node);
+        buf_printf(out, "]");
+        raft_host_group_stats st;
+        if (lpart_find(c, mp->id) != NULL && raft_host_group_info(c->host, mp->id, &st, NULL) == 0)
+            buf_printf(out,
+                       ",\"local\":{\"state\":\"%s\",\"term\":%" PRIu64 ",\"commit_index\":%" PRIu64
+                       ",\"applied_index\":%" PRIu64 ",\"last_index\":%" PRIu64
+                       ",\"failed\":%s}",
+                       raft_state_name(st.state), st.term, st.commit_index, st.applied_index,
+                       st.last_index, st.failed ? "true" : "false");
+        buf_printf(out, "}");
+    }
+    buf_printf(out, "]}");
+}
+
+/* ------------------------------------------------------------------ open / close */
+
+static int mkdir_p(const char *path, strata_err *err)
+{
+    char tmp[4096];
+    size_t n = strlen(path);
+    if (n == 0 || n >= sizeof tmp)
+        return strata_err_set(err, ERR_IO, "bad data directory '%s'", path);
+    memcpy(tmp, path, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (tmp[i] == '/' || tmp[i] == '\0') {
+            char saved = tmp[i];
+            tmp[i] = '\0';
+            if (mkdir(tmp, 0755) < 0 && errno != EEXIST)
+                return strata_err_set(err, ERR_IO, "mkdir %s: %s", tmp, strerror(errno));
+            tmp[i] = saved;
+        }
+    }
+    return 0;
+}
+
+static int open_storage(rcluster *c, strata_err *err)
+{
+    if (mkdir_p(c->data_dir, err) < 0)
+        return -1;
+    char *lsm_dir = path_join(c->data_dir, "engine");
+    char *wal_dir = path_join(c->data_dir, "log");
+    int rc = lsm_dir && wal_dir ? 0 : strata_err_set(err, ERR_NOMEM, "out of memory");
+    if (rc == 0) {
+        lsm_options lo = {.dir = lsm_dir, .memtable_bytes = c->memtable_bytes};
+        rc = lsm_open(&lo, c->loop, &c->engine, err);
+    }
+    if (rc == 0) {
+        wal_options wo = {.dir = wal_dir};
+        rc = wal_open(&wo, c->loop, &c->log, err);
+    }
+    free(lsm_dir);
+    free(wal_dir);
+    return rc;
+}
+
+static int open_host(rcluster *c, const router_cluster_config *cc, strata_err *err)
+{
+    raft_host_config hc = {
+        .node_id = c->self,
+        .transport = {.ctx = c, .send = transport_send},
+        .fsm = {.ctx = c, .apply = fsm_apply, .install = fsm_install},
+        .election_timeout_ms = cc->election_timeout_ms,
+        .heartbeat_timeout_ms = cc->heartbeat_timeout_ms,
+        .seed = c->self * 0x9e3779b97f4a7c15ull,
+    };
+    raft_wal_storage_init(&c->rws, c->log, &hc.storage);
+    raft_host_uv_clock_init(&c->clock, c->loop);
+    c->clock_open = true;
+    hc.clock = raft_host_uv_clock_iface(&c->clock);
+    c->host = raft_host_create(&hc, err);
+    if (c->host == NULL)
+        return -1;
+    raft_host_uv_clock_bind(&c->clock, c->host);
+    return 0;
+}
+
+static int open_rpc(rcluster *c, const router_cluster_config *cc, strata_err *err)
+{
+    rpc_options ro = {
+        .node_id = c->self,
+        .cluster_id = cc->cluster_name ? cc->cluster_name : "strata",
+        .listen_host = cc->peer_listen_host,
+        .listen_port = cc->peer_listen_port,
+        .seed = c->self,
+    };
+    rpc_handlers h = {.on_message = on_message,
+                      .on_request = on_request,
+                      .on_peer_state = on_peer_state,
+                      .ctx = c};
+    c->rpc = rpc_open(c->loop, &ro, &h, err);
+    return c->rpc != NULL ? 0 : -1;
+}
+
+/* The join addresses become "seed" peers (their node ids are not known yet). */
+static int add_seeds(rcluster *c, const router_cluster_config *cc, strata_err *err)
+{
+    c->join = calloc(cc->n_join ? cc->n_join : 1, sizeof *c->join);
+    if (c->join == NULL)
+        return strata_err_set(err, ERR_NOMEM, "out of memory");
+    c->n_join = cc->n_join;
+    for (size_t i = 0; i < cc->n_join; i++) {
+        c->join[i].c = c;
+        char host[META_ADDR_MAX + 1];
+        int port;
+        if (parse_hostport(cc->join[i], host, sizeof host, &port) < 0 ||
+            rpc_add_peer(c->rpc, RPC_SEED_ID_MIN + i, host, port, err) < 0)
+            return strata_err_set(err, ERR_VALIDATION, "bad join address '%s'", cc->join[i]);
+    }
+    return 0;
+}
+
+static void fill_me(rcluster *c, const router_cluster_config *cc)
+{
+    c->me.id = c->self;
+    snprintf(c->me.client_addr, sizeof c->me.client_addr, "%s", cc->client_addr);
+    snprintf(c->me.peer_addr, sizeof c->me.peer_addr, "%s", cc->peer_addr);
+    snprintf(c->me.az, sizeof c->me.az, "%s", cc->az);
+    snprintf(c->me.host, sizeof c->me.host, "%s", cc->host_label);
+    c->me.state = META_NODE_ACTIVE;
+}
+
+rcluster *rcluster_open(const router_config *cfg, strata_err *err)
+{
+    const router_cluster_config *cc = cfg->cluster;
+    if (cc->node_id == 0 || cc->node_id >= RPC_SEED_ID_MIN || cc->az == NULL ||
+        cc->host_label == NULL || cc->client_addr == NULL || cc->peer_addr == NULL ||
+        cc->peer_listen_host == NULL) {
+        strata_err_set(err, ERR_VALIDATION, "cluster mode needs node id, AZ, host and addresses");
+        return NULL;
+    }
+    rcluster *c = calloc(1, sizeof *c);
+    if (c == NULL) {
+        strata_err_set(err, ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    c->loop = cfg->loop;
+    c->sm = cfg->ops;
+    if (c->sm.read == NULL)
+        c->sm.read = partition_read;
+    c->self = cc->node_id;
+    c->memtable_bytes = cc->memtable_bytes;
+    c->bootstrap = cc->bootstrap;
+    c->expect = cc->bootstrap_expect > 0 ? cc->bootstrap_expect : 3;
+    if (c->expect > MAX_META_VOTERS)
+        c->expect = MAX_META_VOTERS;
+    fill_me(c, cc);
+    c->data_dir = strdup(cfg->data_dir);
+    c->meta = meta_new();
+    c->cat = catalog_new();
+    buf_init(&c->scratch, 0);
+    uv_timer_init(c->loop, &c->tick);
+    uv_timer_init(c->loop, &c->kick);
+    uv_timer_init(c->loop, &c->retry);
+    c->tick.data = c->kick.data = c->retry.data = c;
+    int rc = c->data_dir && c->meta && c->cat ? 0 : strata_err_set(err, ERR_NOMEM, "out of memory");
+    if (rc == 0)
+        rc = open_storage(c, err);
+    if (rc == 0)
+        rc = open_host(c, cc, err);
+    if (rc == 0)
+        rc = open_rpc(c, cc, err);
+    if (rc == 0)
+        rc = add_seeds(c, cc, err);
+    int have = rc == 0 ? cluster_file_read(c, err) : -1;
+    if (have < 0)
+        rc = -1;
+    else if (have == 1)
+        rc = start_meta_group(c, err);
+    else if (c->bootstrap)
+        maybe_form(c); /* bootstrap_expect 1: a cluster of one meta voter */
+    if (rc < 0) {
+        rcluster_close(c);
+        return NULL;
+    }
+    uv_timer_start(&c->tick, on_tick, 0, TICK_MS);
+    return c;
+}
+
+static void flag_cb(void *arg)
+{
+    *(bool *)arg = true;
+}
+
+static void flag_lsm_cb(void *arg, const strata_err *err)
+{
+    (void)err;
+    *(bool *)arg = true;
+}
+
+static void run_until(rcluster *c, bool *flag)
+{
+    while (!*flag)
+        uv_run(c->loop, UV_RUN_ONCE);
+}
+
+/* Fails every op that is not waiting on a callback of the host or rpc (those complete
+ * when the host is destroyed or rpc closed). */
+static void fail_parked_ops(rcluster *c)
+{
+    c->retry_head = NULL;
+    for (op *o = c->live, *next; o != NULL; o = next) {
+        next = o->next;
+        if (!o->in_flight) {
+            op_fail_code(o, ERR_UNAVAILABLE, "The server is shutting down");
+            next = c->live;
+        }
+    }
+}
+
+void rcluster_close(rcluster *c)
+{
+    if (c == NULL)
+        return;
+    c->closing = true;
+    uv_timer_stop(&c->tick);
+    uv_timer_stop(&c->kick);
+    uv_timer_stop(&c->retry);
+    fail_parked_ops(c);
+    if (c->host != NULL)
+        raft_wal_storage_detach(&c->rws);
+    if (c->log != NULL) {
+        /* Entries already handed to the log become durable (and their completions run)
+         * before the host goes. */
+        bool closed = false;
+        wal_close(c->log, flag_cb, &closed);
+        run_until(c, &closed);
+        c->log = NULL;
+    }
+    if (c->host != NULL) {
+        raft_host_destroy(c->host); /* pending submits and barriers fail now */
+        c->host = NULL;
+    }
+    if (c->rpc != NULL) {
+        rpc_close(c->rpc); /* outstanding calls fail now */
+        c->rpc = NULL;
+    }
+    fail_parked_ops(c); /* ops that retried from those callbacks */
+    if (c->clock_open)
+        raft_host_uv_clock_close(&c->clock, NULL, NULL);
+    uv_close((uv_handle_t *)&c->tick, NULL);
+    uv_close((uv_handle_t *)&c->kick, NULL);
+    uv_close((uv_handle_t *)&c->retry, NULL);
+    while (c->sessions != NULL)
+        session_free(c, c->sessions);
+    if (c->engine != NULL) {
+        bool done = false;
+        lsm_flush(c->engine, flag_lsm_cb, &done);
+        run_until(c, &done);
+        done = false;
+        lsm_close(c->engine, flag_lsm_cb, &done);
+        run_until(c, &done);
+    }
+    uv_run(c->loop, UV_RUN_NOWAIT); /* close callbacks */
+    assert(c->live == NULL);
+    while (c->installs != NULL)
+        install_free(c, c->installs);
+    meta_free(c->meta);
+    catalog_free(c->cat);
+    buf_free(&c->scratch);
+    free(c->parts);
+    free(c->peers);
+    free(c->drops);
+    free(c->join);
+    free(c->data_dir);
+    free(c);
+}

@@ -1,0 +1,28 @@
+#ifndef STRATA_CLUSTER_ROUTER_INTERNAL_H
+#define STRATA_CLUSTER_ROUTER_INTERNAL_H
+/*
+ * Private to cluster/router.c and cluster/router_cluster.c: the cluster mode of the
+ * router (see router.h's "Cluster mode"). router.c keeps the public entry points and
+ * hands every call to these functions when the router was opened with a cluster
+ * configuration. Same contracts as the router_* functions of the same names.
+ */
+#include "cluster/router.h"
+
+typedef struct rcluster rcluster;
+
+rcluster *rcluster_open(const router_config *cfg, strata_err *err);
+void rcluster_close(rcluster *c);
+const catalog *rcluster_catalog(const rcluster *c);
+int rcluster_catalog_write(rcluster *c, const uint8_t *rec, size_t len, router_cb cb, void *ctx,
+                           strata_err *err);
+int rcluster_write(rcluster *c, uint32_t table_id, uint64_t hash, const uint8_t *cmd, size_t len,
+                   router_cb cb, void *ctx, strata_err *err);
+int rcluster_read(rcluster *c, uint32_t table_id, uint64_t partition_id,
+                  const partition_read_req *req, arena *a, router_read_cb cb, void *ctx,
+                  strata_err *err);
+partition_stats rcluster_table_stats(const rcluster *c, uint32_t table_id);
+size_t rcluster_inflight(const rcluster *c);
+bool rcluster_ready(const rcluster *c);
+void rcluster_status_json(rcluster *c, buf *out);
+
+#endif
