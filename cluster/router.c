@@ -562,6 +562,14 @@ bool router_ready(const router *r)
     return r->cl == NULL || rcluster_ready(r->cl);
 }
 
+void router_digests_json(router *r, buf *out)
+{
+    if (r->cl != NULL)
+        rcluster_digests_json(r->cl, out);
+    else
+        buf_printf(out, "{\"node_id\":0,\"replicas\":[]}");
+}
+
 void router_status_json(router *r, buf *out)
 {
     if (r->cl != NULL)

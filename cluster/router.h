@@ -223,4 +223,10 @@ bool router_ready(const router *r);
  * README's Cluster section. On one node: {"node_id":0,"ready":true,"mode":"single"}. */
 void router_status_json(router *r, buf *out);
 
+/* Appends {"node_id", "replicas": [{"partition", "applied_index", "commit_index", "items",
+ * "digest", "complete"}]} (GET /admin/digests): an xxh3 over every key and value of each
+ * local replica, for checking that replicas converged. Reads every item: not for hot
+ * paths. On one node: {"node_id":0,"replicas":[]}. */
+void router_digests_json(router *r, buf *out);
+
 #endif

@@ -2361,10 +2361,64 @@ void rcluster_status_json(rcluster *c, buf *out)
             buf_printf(out,
                        ",\"local\":{\"state\":\"%s\",\"term\":%" PRIu64 ",\"commit_index\":%" PRIu64
                        ",\"applied_index\":%" PRIu64 ",\"last_index\":%" PRIu64
-                       ",\"failed\":%s}",
+                       ",\"snapshot_index\":%" PRIu64 ",\"installs\":%" PRIu64
+                       ",\"installing\":%s,\"failed\":%s}",
                        raft_state_name(st.state), st.term, st.commit_index, st.applied_index,
-                       st.last_index, st.failed ? "true" : "false");
+                       st.last_index, st.snapshot_index, st.installs,
+                       st.installing ? "true" : "false", st.failed ? "true" : "false");
         buf_printf(out, "}");
+    }
+    buf_printf(out, "]}");
+}
+
+/* xxh3 over every key and value of a local replica (GET /admin/digests): replicas of a
+ * partition at the same applied index must have the same digest. */
+static uint64_t replica_digest(rcluster *c, const lpart *lp, uint64_t *items)
+{
+    uint8_t lo[12], hi[12];
+    partition_bounds(&lp->desc, lo, hi);
+    lsm_iter_options o = {.lower = lo, .lower_len = 12, .upper = hi, .upper_len = 12};
+    lsm_iter *it = lsm_iter_new(c->engine, &o, NULL);
+    XXH3_state_t *st = XXH3_createState();
+    *items = 0;
+    if (it == NULL || st == NULL) {
+        lsm_iter_free(it);
+        XXH3_freeState(st);
+        return 0;
+    }
+    XXH3_64bits_reset(st);
+    for (lsm_iter_first(it); lsm_iter_valid(it); lsm_iter_next(it)) {
+        size_t kl, vl;
+        const void *k = lsm_iter_key(it, &kl);
+        const void *v = lsm_iter_value(it, &vl);
+        uint64_t lens[2] = {kl, vl};
+        XXH3_64bits_update(st, lens, sizeof lens);
+        XXH3_64bits_update(st, k, kl);
+        XXH3_64bits_update(st, v, vl);
+        (*items)++;
+    }
+    uint64_t d = XXH3_64bits_digest(st);
+    XXH3_freeState(st);
+    lsm_iter_free(it);
+    return d;
+}
+
+void rcluster_digests_json(rcluster *c, buf *out)
+{
+    buf_printf(out, "{\"node_id\":%" PRIu64 ",\"replicas\":[", c->self);
+    for (size_t i = 0; i < c->n_parts; i++) {
+        lpart *lp = &c->parts[i];
+        raft_host_group_stats st;
+        if (raft_host_group_info(c->host, lp->id, &st, NULL) < 0)
+            continue;
+        uint64_t items;
+        uint64_t d = replica_digest(c, lp, &items);
+        buf_printf(out,
+                   "%s{\"partition\":%" PRIu64 ",\"applied_index\":%" PRIu64
+                   ",\"commit_index\":%" PRIu64 ",\"items\":%" PRIu64
+                   ",\"digest\":\"%016" PRIx64 "\",\"complete\":%s}",
+                   i ? "," : "", lp->id, st.applied_index, st.commit_index, items, d,
+                   lp->poisoned || st.installing ? "false" : "true");
     }
     buf_printf(out, "]}");
 }

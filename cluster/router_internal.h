@@ -24,5 +24,6 @@ partition_stats rcluster_table_stats(const rcluster *c, uint32_t table_id);
 size_t rcluster_inflight(const rcluster *c);
 bool rcluster_ready(const rcluster *c);
 void rcluster_status_json(rcluster *c, buf *out);
+void rcluster_digests_json(rcluster *c, buf *out);
 
 #endif

@@ -365,14 +365,18 @@ static void health(http_request *http, api_server *s)
     send_answer(http, id, 200, ok, sizeof ok - 1);
 }
 
-/* GET /admin/cluster: the node's view of the cluster (router_status_json). */
-static void cluster_status(http_request *http, api_server *s)
+/* GET /admin/cluster: the node's view of the cluster (router_status_json); GET
+ * /admin/digests: digests of its replicas (router_digests_json). */
+static void cluster_status(http_request *http, api_server *s, bool digests)
 {
     char id[53];
     make_request_id(s, id);
     buf b;
     buf_init(&b, 0);
-    router_status_json(s->router, &b);
+    if (digests)
+        router_digests_json(s->router, &b);
+    else
+        router_status_json(s->router, &b);
     if (b.failed)
         send_error(http, id, ERR_NOMEM, "out of memory", NULL);
     else
@@ -473,8 +477,8 @@ void api_handle(http_request *http, void *data)
             health(http, s);
             return;
         }
-        if (strcmp(path, "/admin/cluster") == 0) {
-            cluster_status(http, s);
+        if (strcmp(path, "/admin/cluster") == 0 || strcmp(path, "/admin/digests") == 0) {
+            cluster_status(http, s, strcmp(path, "/admin/digests") == 0);
             return;
         }
         char id[53];
