@@ -1933,6 +1933,10 @@ static void on_join_answer(void *ctx, int status, const strata_err *err, const u
     }
     fprintf(stderr, "stratad: joined the cluster (%zu meta voters%s)\n", c->n_members,
             c->voter ? ", this node among them" : "");
+    /* The seed connections are not needed any more (their calls fail now; each sees
+     * c->formed and stops). */
+    for (size_t i = 0; i < c->n_join; i++)
+        rpc_remove_peer(c->rpc, RPC_SEED_ID_MIN + i, NULL);
 }
 
 static void ask_to_join(rcluster *c)
@@ -2570,15 +2574,15 @@ rcluster *rcluster_open(const router_config *cfg, strata_err *err)
         rc = open_host(c, cc, err);
     if (rc == 0)
         rc = open_rpc(c, cc, err);
-    if (rc == 0)
-        rc = add_seeds(c, cc, err);
     int have = rc == 0 ? cluster_file_read(c, err) : -1;
     if (have < 0)
         rc = -1;
     else if (have == 1)
-        rc = start_meta_group(c, err);
+        rc = start_meta_group(c, err); /* a restart: the join addresses are not needed */
     else if (c->bootstrap)
         maybe_form(c); /* bootstrap_expect 1: a cluster of one meta voter */
+    else
+        rc = add_seeds(c, cc, err);
     if (rc < 0) {
         rcluster_close(c);
         return NULL;
