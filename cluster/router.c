@@ -562,6 +562,14 @@ bool router_ready(const router *r)
     return r->cl == NULL || rcluster_ready(r->cl);
 }
 
+int router_node_state(router *r, uint64_t node, const char *state, router_cb cb, void *ctx,
+                      strata_err *err)
+{
+    if (r->cl == NULL)
+        return strata_err_set(err, ERR_VALIDATION, "This node is not part of a cluster");
+    return rcluster_node_state(r->cl, node, state, cb, ctx, err);
+}
+
 void router_digests_json(router *r, buf *out)
 {
     if (r->cl != NULL)

@@ -223,6 +223,13 @@ bool router_ready(const router *r);
  * README's Cluster section. On one node: {"node_id":0,"ready":true,"mode":"single"}. */
 void router_status_json(router *r, buf *out);
 
+/* Sets a node's state in the cluster map (an operator's command: "DRAINING" moves every
+ * replica off it, "REMOVED" retires it once it holds none, "ACTIVE" cancels a drain).
+ * `cb` runs once this node's map holds the change. ERR_VALIDATION for an unknown state or
+ * on one node (no cluster). */
+int router_node_state(router *r, uint64_t node, const char *state, router_cb cb, void *ctx,
+                      strata_err *err);
+
 /* Appends {"node_id", "replicas": [{"partition", "applied_index", "commit_index", "items",
  * "digest", "complete"}]} (GET /admin/digests): an xxh3 over every key and value of each
  * local replica, for checking that replicas converged. Reads every item: not for hot

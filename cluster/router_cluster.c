@@ -43,6 +43,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -2027,6 +2028,8 @@ static void register_self(rcluster *c)
         c->register_in_flight = true;
 }
 
+static void delete_replica_data(rcluster *c, const partition_desc *d);
+
 /* Starts the replicas the map gives this node and stops those it took away. */
 static void reconcile_groups(rcluster *c)
 {
@@ -2073,8 +2076,25 @@ static void reconcile_groups(rcluster *c)
                 in->dead = true;
         raft_host_stop_group(c->host, id, NULL);
         wal_drop_group(c->log, id, NULL, NULL, NULL);
+        if (mp != NULL)
+            delete_replica_data(c, &lp->desc); /* moved away; a dropped table goes whole */
         lpart_remove(c, lp);
     }
+}
+
+/* Deletes a replica's data once the map moved it to other nodes. The replica's group is
+ * stopped first, so nothing writes the range again; a failure only leaves space used. */
+static void delete_replica_data(rcluster *c, const partition_desc *d)
+{
+    uint8_t lo[12], hi[12];
+    partition_bounds(d, lo, hi);
+    lsm_batch *b = lsm_batch_new();
+    strata_err err;
+    if (b == NULL || lsm_batch_delete_range(b, lo, 12, hi, 12, &err) < 0 ||
+        lsm_write(c->engine, b, 0, 0, &err) < 0)
+        fprintf(stderr, "stratad: partition %" PRIu64 " moved away; its data stays for now\n",
+                d->id);
+    lsm_batch_free(b);
 }
 
 /* Deletes the data of dropped tables (an engine range delete; repeated harmlessly when
@@ -2269,6 +2289,28 @@ int rcluster_read(rcluster *c, uint32_t table_id, uint64_t partition_id,
     o->ctx = ctx;
     op_start(o);
     return 0;
+}
+
+int rcluster_node_state(rcluster *c, uint64_t node, const char *state, router_cb cb, void *ctx,
+                        strata_err *err)
+{
+    meta_node_state st;
+    if (strcasecmp(state, "DRAINING") == 0)
+        st = META_NODE_DRAINING;
+    else if (strcasecmp(state, "REMOVED") == 0)
+        st = META_NODE_REMOVED;
+    else if (strcasecmp(state, "ACTIVE") == 0)
+        st = META_NODE_ACTIVE;
+    else
+        return strata_err_set(err, ERR_VALIDATION,
+                              "state must be DRAINING, REMOVED or ACTIVE, not '%s'", state);
+    if (meta_node_find(c->meta, node) == NULL)
+        return strata_err_set(err, ERR_RESOURCE_NOT_FOUND, "node %" PRIu64 " is not in the cluster",
+                              node);
+    meta_cmd cmd = {.kind = META_CMD_NODE_STATE, .now_ms = now_ms(c)};
+    cmd.node.id = node;
+    cmd.node.state = st;
+    return propose_meta(c, &cmd, cb, ctx, err);
 }
 
 partition_stats rcluster_table_stats(const rcluster *c, uint32_t table_id)
