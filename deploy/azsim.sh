@@ -4,7 +4,8 @@
 #
 #   deploy/azsim.sh up [--nodes 9] [--azs 3] [--inter-az-delay-ms 2] [--loss-pct 0]
 #                      [--az-delay I-J=MS ...] [--delay-mode auto|netem|nfqueue|none]
-#                      [--stratad PATH] [--port 8000] [--name strata]
+#                      [--stratad PATH] [--port 8000] [--peer-port 7000]
+#                      [--mode cluster|single] [--name strata]
 #   deploy/azsim.sh down [--name strata]          kill everything, delete every namespace
 #   deploy/azsim.sh status [--name strata]        nodes, addresses, pids, HTTP check
 #   deploy/azsim.sh exec NODE CMD...              run CMD inside NODE's namespace
@@ -14,9 +15,15 @@
 #
 # Network (nothing is created in the root namespace):
 #   NAME-hub   namespace holding bridge br0 and the hub ends v1..vN of the veth pairs
-#   NAME-nI    node I: eth0 = 10.77.<az>.<I>/16, lo up; stratad on 0.0.0.0:PORT, which is
-#              both the node address and 127.0.0.1 inside the namespace
+#   NAME-nI    node I: eth0 = 10.77.<az>.<I>/16, lo up; stratad on 0.0.0.0:PORT (client)
+#              and 0.0.0.0:PEER_PORT (peer), which is both the node address and 127.0.0.1
+#              inside the namespace
 # Node I is in AZ ((I-1) mod AZS)+1, so consecutive nodes land in different zones.
+# --mode cluster (the default) makes the nodes one cluster: node I has id I, AZ az<az>,
+# host label nI (a namespace stands for a machine), advertises its 10.77 address; n1
+# bootstraps (waiting for 3 nodes: the meta group's voters), the others join n1. `up` returns once every
+# node reports "ready" on GET /admin/cluster. Cluster mode needs --nodes >= 3 and
+# --azs >= 3 (three replicas in three AZs). --mode single runs independent single nodes.
 # Delay and loss apply on each node's egress towards the other zones' /24s, so a round
 # trip between zones costs twice the delay. With netem (when the kernel has it) it is a
 # prio qdisc with one netem band per remote zone; without it an nfq-delay process per
@@ -34,6 +41,7 @@ STATE_ROOT=${STRATA_AZSIM_STATE:-/run/strata-azsim}
 BUILD_DIR=${STRATA_AZSIM_BUILD:-$REPO/build/azsim}
 SUBNET_PREFIX=10.77 # 10.77.<az>.<node>/16, private and only inside our namespaces
 START_TIMEOUT_S=${STRATA_AZSIM_START_TIMEOUT:-30}
+READY_TIMEOUT_S=${STRATA_AZSIM_READY_TIMEOUT:-120}
 
 NAME=strata
 NODES=9
@@ -43,6 +51,8 @@ LOSS_PCT=0
 DELAY_MODE=auto
 STRATAD=""
 PORT=8000
+PEER_PORT=7000
+MODE=cluster
 PAIR_DELAYS=() # "I-J=MS" overrides, symmetric
 
 log() { printf 'azsim: %s\n' "$*" >&2; }
@@ -63,14 +73,20 @@ az_net() { echo "$SUBNET_PREFIX.$1.0/24"; }
 is_uint() { [[ $1 =~ ^[0-9]+$ ]]; }
 is_number() { [[ $1 =~ ^[0-9]+(\.[0-9]+)?$ ]]; }
 
-# The one place that says how a node is started. Cluster flags go here when stratad has
-# them, e.g.: --node-id "n$i" --az "az$az" --advertise "$addr:$PORT" --join "$JOIN".
+# The one place that says how a node is started.
 node_command() {
-    local i=$1 az addr
-    az=$(node_az "$i")
+    local i=$1 addr
     addr=$(node_addr "$i")
     NODE_CMD=("$STRATAD" --listen "0.0.0.0:$PORT" --data-dir "$(state_dir)/n$i/data")
-    : "$az" "$addr" # used by the cluster flags above once they exist
+    [ "$MODE" = cluster ] || return 0
+    NODE_CMD+=(--node-id "$i" --az "az$(node_az "$i")" --host-label "n$i"
+        --advertise "$addr:$PORT" --peer-listen "0.0.0.0:$PEER_PORT"
+        --peer-advertise "$addr:$PEER_PORT")
+    if [ "$i" -eq 1 ]; then
+        NODE_CMD+=(--bootstrap --bootstrap-expect 3)
+    else
+        NODE_CMD+=(--join "$(node_addr 1):$PEER_PORT")
+    fi
 }
 
 # Delay in ms between zones a and b: an --az-delay override or the inter-AZ default.
@@ -99,7 +115,8 @@ save_settings() {
     {
         printf 'NODES=%q\nAZS=%q\nDELAY_MS=%q\nLOSS_PCT=%q\nDELAY_MODE=%q\n' \
             "$NODES" "$AZS" "$DELAY_MS" "$LOSS_PCT" "$DELAY_MODE"
-        printf 'STRATAD=%q\nPORT=%q\n' "$STRATAD" "$PORT"
+        printf 'STRATAD=%q\nPORT=%q\nPEER_PORT=%q\nMODE=%q\n' "$STRATAD" "$PORT" \
+            "$PEER_PORT" "$MODE"
         printf 'PAIR_DELAYS=(%s)\n' "${PAIR_DELAYS[*]+"${PAIR_DELAYS[*]}"}"
     } >"$(state_dir)/settings"
 }
@@ -222,6 +239,8 @@ cmd_up() {
             --delay-mode) DELAY_MODE=$2; shift 2 ;;
             --stratad) STRATAD=$2; shift 2 ;;
             --port) PORT=$2; shift 2 ;;
+            --peer-port) PEER_PORT=$2; shift 2 ;;
+            --mode) MODE=$2; shift 2 ;;
             --name) NAME=$2; shift 2 ;;
             -h|--help) usage ;;
             *) die "up: unknown option $1" ;;
@@ -233,6 +252,14 @@ cmd_up() {
     is_number "$LOSS_PCT" && awk -v x="$LOSS_PCT" 'BEGIN { exit !(x <= 100) }' ||
         die "--loss-pct wants 0..100"
     is_uint "$PORT" && [ "$PORT" -ge 1 ] && [ "$PORT" -le 65535 ] || die "--port wants 1..65535"
+    is_uint "$PEER_PORT" && [ "$PEER_PORT" -ge 1 ] && [ "$PEER_PORT" -le 65535 ] &&
+        [ "$PEER_PORT" != "$PORT" ] || die "--peer-port wants 1..65535, not --port"
+    case $MODE in
+        cluster) [ "$NODES" -ge 3 ] && [ "$AZS" -ge 3 ] ||
+            die "--mode cluster needs --nodes >= 3 and --azs >= 3 (or --mode single)" ;;
+        single) ;;
+        *) die "--mode: cluster|single" ;;
+    esac
     [[ $NAME =~ ^[a-z][a-z0-9-]{0,20}$ ]] || die "--name wants [a-z][a-z0-9-]{0,20}"
     local spec
     for spec in "${PAIR_DELAYS[@]+"${PAIR_DELAYS[@]}"}"; do
@@ -300,9 +327,35 @@ cmd_up() {
         wait_for_line "$sd/n$i/stratad.log" 'serving on' "$pid" ||
             { log "stratad n$i did not start: $(tail -3 "$sd/n$i/stratad.log")"; false; }
     done
+    [ "$MODE" = cluster ] && wait_cluster_ready
     UP_DONE=1
-    log "up: $NODES nodes in $AZS AZs, inter-AZ delay ${DELAY_MS} ms, loss ${LOSS_PCT}%, delay by $DELAY_MODE"
+    log "up: $NODES nodes in $AZS AZs ($MODE), inter-AZ delay ${DELAY_MS} ms, loss ${LOSS_PCT}%, delay by $DELAY_MODE"
     cmd_status_named
+}
+
+# GET /admin/cluster of node i from inside its namespace, or nothing.
+admin_cluster() {
+    local i=$1
+    ip netns exec "$(node_ns "$i")" curl -s --max-time 2 \
+        "http://$(node_addr "$i"):$PORT/admin/cluster" 2>/dev/null || true
+}
+
+# Until every node says "ready": true; fails (with the log tail) when a node exits or
+# the deadline passes.
+wait_cluster_ready() {
+    local deadline=$((SECONDS + READY_TIMEOUT_S)) i pending sd; sd=$(state_dir)
+    while :; do
+        pending=()
+        for ((i = 1; i <= NODES; i++)); do
+            kill -0 "$(cat "$sd/n$i/stratad.pid")" 2>/dev/null ||
+                die "stratad n$i exited while the cluster formed: $(tail -5 "$sd/n$i/stratad.log")"
+            admin_cluster "$i" | grep -Eq '"ready" *: *true' || pending+=("n$i")
+        done
+        [ ${#pending[@]} -eq 0 ] && return 0
+        [ $SECONDS -lt $deadline ] ||
+            die "cluster not ready after ${READY_TIMEOUT_S}s: ${pending[*]}; n1: $(tail -5 "$sd/n1/stratad.log")"
+        sleep 0.2
+    done
 }
 
 # Is pid $1 still a process we started (not a reused pid)?
@@ -380,8 +433,8 @@ http_check() {
 
 cmd_status_named() {
     load_settings || { log "$NAME is not up"; return 1; }
-    local i pid alive nfq sd; sd=$(state_dir)
-    printf '%-18s %-3s %-16s %-8s %-5s %s\n' NODE AZ ADDRESS PID HTTP NFQ-DELAY
+    local i pid alive nfq ready sd; sd=$(state_dir)
+    printf '%-18s %-3s %-16s %-8s %-5s %-6s %s\n' NODE AZ ADDRESS PID HTTP READY NFQ-DELAY
     for ((i = 1; i <= NODES; i++)); do
         pid=$(cat "$sd/n$i/stratad.pid" 2>/dev/null || echo -)
         alive=dead
@@ -391,9 +444,15 @@ cmd_status_named() {
             nfq=$(cat "$sd/n$i/nfq-delay.pid")
             kill -0 "$nfq" 2>/dev/null || nfq="$nfq(dead)"
         fi
-        printf '%-18s %-3s %-16s %-8s %-5s %s\n' "$(node_ns "$i")" "$(node_az "$i")" \
-            "$(node_addr "$i"):$PORT" "$alive" "$(http_check "$i")" "$nfq"
+        ready=-
+        if [ "$MODE" = cluster ]; then
+            ready=no
+            admin_cluster "$i" | grep -Eq '"ready" *: *true' && ready=yes
+        fi
+        printf '%-18s %-3s %-16s %-8s %-5s %-6s %s\n' "$(node_ns "$i")" "$(node_az "$i")" \
+            "$(node_addr "$i"):$PORT" "$alive" "$(http_check "$i")" "$ready" "$nfq"
     done
+    [ "$MODE" = cluster ] && printf 'cluster: n1 bootstraps, peers on port %s\n' "$PEER_PORT"
     printf 'delay: %s ms between AZs (%s)' "$DELAY_MS" "$DELAY_MODE"
     [ -n "${PAIR_DELAYS[*]+x}" ] && printf ', overrides: %s' "${PAIR_DELAYS[*]}"
     printf ', loss %s%%\n' "$LOSS_PCT"

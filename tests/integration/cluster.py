@@ -1,0 +1,490 @@
+#!/usr/bin/python3
+"""A 3-node cluster of real stratad processes on loopback, driven through boto3.
+
+Usage: cluster.py STRATAD [WRITES_PER_PHASE]
+Starts three stratad in cluster mode (node 1 bootstraps, 2 and 3 join; AZs az1..az3, host
+labels h1..h3) on free ports in a temporary directory, then checks:
+ a) a write through node 1 is seen by strongly consistent reads through nodes 2 and 3,
+    and by eventually consistent reads on every node within a deadline;
+ b) writers on every node (distinct keys, each write recorded as acknowledged or failed)
+    while the leader of a partition is killed with SIGKILL: a new leader appears (the time
+    is measured), writes resume, clients only ever see retryable errors (HTTP 500/503, or
+    a refused connection to the killed node), and every acknowledged write reads back
+    strongly with its value;
+ c) the killed node restarts, its replicas catch up (applied_index reaches the leader's
+    commit_index), strong reads through it return every acknowledged write, and an
+    eventually consistent read through it sees the last one;
+ d) all three stop with SIGTERM (exit status 0), start again on the same directories, and
+    every acknowledged write is still there.
+Ends with a summary: writes acknowledged, errors by type, leader failover time.
+Every wait polls a condition with a deadline.
+"""
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+import boto3
+import botocore.config
+import botocore.exceptions
+
+TABLE = "cluster_kv"
+NODES = 3
+START_DEADLINE_S = 90      # a node serves and the cluster is ready (ASan builds are slow)
+LEADERS_DEADLINE_S = 60    # every partition of a new table has a leader
+FAILOVER_DEADLINE_S = 20   # contract: ~2 election timeouts of 1 s; generous under ASan
+CATCHUP_DEADLINE_S = 60
+EVENTUAL_DEADLINE_S = 20
+
+
+def log(*args):
+    print(*args, flush=True)
+
+
+class Failure(Exception):
+    pass
+
+
+def check(cond, what):
+    if not cond:
+        raise Failure(what)
+
+
+def free_ports(n):
+    """n distinct free TCP ports: all bound at once, so none repeats."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def poll(cond, deadline_s, what, interval=0.1):
+    """Calls cond() until it returns a true value (returned), or fails after deadline_s."""
+    end = time.time() + deadline_s
+    while True:
+        v = cond()
+        if v:
+            return v
+        if time.time() >= end:
+            raise Failure("timed out after %ss: %s" % (deadline_s, what))
+        time.sleep(interval)
+
+
+class Node:
+    def __init__(self, cluster, nid, cport, pport):
+        self.cluster, self.id, self.cport, self.pport = cluster, nid, cport, pport
+        self.dir = os.path.join(cluster.work, "n%d" % nid)
+        self.log_path = os.path.join(self.dir, "stratad.log")
+        self.url = "http://127.0.0.1:%d" % cport
+        self.proc = None
+        self.killed = False  # set before SIGKILL: Popen.poll() races with wait()
+        os.makedirs(os.path.join(self.dir, "data"), exist_ok=True)
+
+    def command(self):
+        c = self.cluster
+        cmd = [c.stratad, "--node-id", str(self.id), "--az", "az%d" % ((self.id - 1) % 3 + 1),
+               "--host-label", "h%d" % self.id, "--listen", "127.0.0.1:%d" % self.cport,
+               "--peer-listen", "127.0.0.1:%d" % self.pport,
+               "--data-dir", os.path.join(self.dir, "data"), "--initial-partitions", "4"]
+        if self.id == 1:
+            cmd += ["--bootstrap", "--bootstrap-expect", str(NODES)]
+        else:
+            cmd += ["--join", "127.0.0.1:%d" % c.nodes[0].pport]
+        return cmd
+
+    def start(self):
+        logf = open(self.log_path, "a")
+        logf.write("==== %s\n" % " ".join(self.command()))
+        logf.flush()
+        self.log_offset = logf.tell()
+        self.proc = subprocess.Popen(self.command(), stdout=logf, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL)
+        logf.close()
+        self.killed = False
+
+    def serving(self):
+        """True once this run of stratad printed its serving line; fails if it exited."""
+        if self.proc.poll() is not None:
+            raise Failure("node %d exited with status %d while starting" %
+                          (self.id, self.proc.returncode))
+        with open(self.log_path) as f:
+            f.seek(self.log_offset)
+            return re.search(r"stratad: serving on http://", f.read()) is not None
+
+    def alive(self):
+        return self.proc is not None and not self.killed and self.proc.poll() is None
+
+    def admin(self):
+        """GET /admin/cluster as a dict, or None when the node does not answer."""
+        try:
+            with urllib.request.urlopen(self.url + "/admin/cluster", timeout=3) as r:
+                return json.loads(r.read())
+        except (OSError, ValueError):
+            return None
+
+    def kill9(self):
+        self.killed = True
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self, timeout=60):
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=timeout)
+
+    def tail(self, n=40):
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return "".join(f.readlines()[-n:])
+        except OSError:
+            return "(no log)\n"
+
+
+class Cluster:
+    def __init__(self, stratad, work):
+        self.stratad, self.work = stratad, work
+        ports = free_ports(2 * NODES)
+        self.nodes = []
+        for i in range(NODES):
+            self.nodes.append(Node(self, i + 1, ports[i], ports[NODES + i]))
+
+    def node(self, nid):
+        return self.nodes[nid - 1]
+
+    def live(self):
+        return [n for n in self.nodes if n.alive()]
+
+    def start(self, nodes=None):
+        nodes = nodes or self.nodes
+        for n in nodes:
+            n.start()
+        for n in nodes:
+            poll(n.serving, START_DEADLINE_S, "node %d serves" % n.id)
+        for n in nodes:
+            poll(lambda: (n.admin() or {}).get("ready") is True, START_DEADLINE_S,
+                 "node %d reports ready" % n.id)
+
+    def partitions(self, table=TABLE):
+        """The table's partitions as the first live node that answers sees them."""
+        for n in self.live():
+            a = n.admin()
+            if a is not None:
+                return [p for p in a.get("partitions", []) if p.get("table") == table]
+        return []
+
+    def local_views(self, pid):
+        """{node id: partition entry with 'local'} for partition pid, from every live member."""
+        views = {}
+        for n in self.live():
+            for p in (n.admin() or {}).get("partitions", []):
+                if p.get("id") == pid and "local" in p:
+                    views[n.id] = p
+        return views
+
+    def leader_of(self, pid, exclude=()):
+        """The node that itself reports being partition pid's leader (not in exclude), or None."""
+        for nid, p in self.local_views(pid).items():
+            if nid not in exclude and p["local"].get("state") == "leader":
+                return nid
+        return None
+
+    def kill_all(self):
+        for n in self.nodes:
+            if n.alive():
+                n.proc.kill()
+                n.proc.wait()
+
+
+def client(url, retries):
+    """retries=False: one attempt, so the test sees every error a request meets."""
+    if retries:
+        r = {"mode": "standard", "total_max_attempts": 10}
+    else:
+        r = {"total_max_attempts": 1}
+    cfg = botocore.config.Config(retries=r, connect_timeout=3, read_timeout=15)
+    return boto3.client("dynamodb", endpoint_url=url, region_name="us-east-1",
+                        aws_access_key_id="test", aws_secret_access_key="test", config=cfg)
+
+
+def create_table(c, cl):
+    c.create_table(TableName=TABLE, BillingMode="PAY_PER_REQUEST",
+                   AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+                   KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}])
+    poll(lambda: c.describe_table(TableName=TABLE)["Table"]["TableStatus"] == "ACTIVE",
+         LEADERS_DEADLINE_S, "table ACTIVE")
+
+    def all_led():
+        ps = cl.partitions()
+        return ps and all(len(p["members"]) == 3 and cl.leader_of(p["id"]) for p in ps)
+    poll(all_led, LEADERS_DEADLINE_S, "every partition of %s has a leader" % TABLE, 0.2)
+    ps = cl.partitions()
+    az_of = {n["id"]: n["az"] for n in cl.node(1).admin()["nodes"]}
+    for p in ps:
+        azs = {az_of.get(m) for m in p["members"]}
+        check(len(azs) == 3, "partition %d has replicas in 3 AZs: %s" % (p["id"], p))
+    log("table %s: %d partitions, leaders %s" %
+        (TABLE, len(ps), {p["id"]: cl.leader_of(p["id"]) for p in ps}))
+
+
+def get(c, key, consistent):
+    r = c.get_item(TableName=TABLE, Key={"pk": {"S": key}}, ConsistentRead=consistent)
+    return r.get("Item", {}).get("v", {}).get("S")
+
+
+def part_a(cl):
+    c1 = client(cl.node(1).url, True)
+    c1.put_item(TableName=TABLE, Item={"pk": {"S": "a-key"}, "v": {"S": "a-value"}})
+    for nid in (2, 3):
+        got = get(client(cl.node(nid).url, True), "a-key", True)
+        check(got == "a-value", "strong read through node %d: %r" % (nid, got))
+    for n in cl.nodes:
+        c = client(n.url, True)
+        poll(lambda: get(c, "a-key", False) == "a-value", EVENTUAL_DEADLINE_S,
+             "eventual read on node %d sees the write" % n.id)
+    log("a) ok: write via node 1, strong reads via nodes 2 and 3, eventual reads on all")
+
+
+class Load:
+    """Writers with distinct keys; each write is recorded as acknowledged or failed."""
+
+    def __init__(self, cl, threads_per_node=2):
+        self.cl = cl
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+        self.acked = {}       # key -> value, acknowledged writes
+        self.ack_times = []   # when each acknowledgement arrived
+        self.errors = {}      # error class -> count
+        self.bad = []         # errors that must never happen
+        self.threads = [threading.Thread(target=self.writer, args=(w, w % NODES + 1))
+                        for w in range(threads_per_node * NODES)]
+
+    def record_error(self, kind, detail=None):
+        with self.lock:
+            self.errors[kind] = self.errors.get(kind, 0) + 1
+            if detail is not None:
+                self.bad.append(detail)
+
+    def writer(self, wid, nid):
+        clients = {n.id: client(n.url, False) for n in self.cl.nodes}
+        i = 0
+        while not self.stop.is_set():
+            key, value = "w%d-%d" % (wid, i), "v%d-%d-%s" % (wid, i, "x" * (i % 200))
+            i += 1
+            node = self.cl.node(nid)
+            try:
+                clients[nid].put_item(TableName=TABLE,
+                                      Item={"pk": {"S": key}, "v": {"S": value}})
+            except botocore.exceptions.ReadTimeoutError as e:
+                self.record_error("read timeout", "node %d: %s" % (nid, e))
+                continue
+            except (botocore.exceptions.ConnectionError,
+                    botocore.exceptions.HTTPClientError) as e:
+                if node.alive():
+                    self.record_error("connection error (live node)",
+                                      "node %d: %s" % (nid, e))
+                else:
+                    # A client of the killed node moves on to the next node.
+                    self.record_error("connection refused (killed node)")
+                    nid = nid % NODES + 1
+                continue
+            except botocore.exceptions.ClientError as e:
+                status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+                code = e.response.get("Error", {}).get("Code")
+                kind = "HTTP %s %s" % (status, code)
+                self.record_error(kind, None if status in (500, 503) else
+                                  "node %d: %s" % (nid, e))
+                continue
+            with self.lock:
+                self.acked[key] = value
+                self.ack_times.append(time.time())
+
+    def acks_since(self, t):
+        with self.lock:
+            return sum(1 for x in self.ack_times if x >= t)
+
+    def start(self):
+        for t in self.threads:
+            t.start()
+
+    def finish(self):
+        self.stop.set()
+        for t in self.threads:
+            t.join()
+
+
+def read_back(cl, acked, via):
+    """Every acknowledged write, read strongly through the nodes `via` in turn."""
+    clients = [client(cl.node(nid).url, True) for nid in via]
+    wrong = []
+    for i, (key, value) in enumerate(sorted(acked.items())):
+        got = get(clients[i % len(clients)], key, True)
+        if got != value:
+            wrong.append((key, got))
+    check(not wrong, "%d of %d acknowledged writes wrong or missing, e.g. %s" %
+          (len(wrong), len(acked), wrong[:5]))
+
+
+def errors_text(load):
+    if not load.errors:
+        return "none"
+    return ", ".join("%s: %d" % kv for kv in sorted(load.errors.items()))
+
+
+def part_b(cl, phase_writes):
+    load = Load(cl)
+    load.start()
+    try:
+        poll(lambda: len(load.acked) >= phase_writes, 120,
+             "%d writes acknowledged before the kill" % phase_writes)
+        ps = cl.partitions()
+        victim_part = ps[0]["id"]
+        victim = cl.leader_of(victim_part)
+        check(victim is not None, "partition %d has a leader" % victim_part)
+        acked_before = len(load.acked)
+        t_kill = time.time()
+        cl.node(victim).kill9()
+        log("b) killed node %d (leader of partition %d) after %d acknowledged writes" %
+            (victim, victim_part, acked_before))
+        new_leader = poll(lambda: cl.leader_of(victim_part, exclude=(victim,)),
+                          FAILOVER_DEADLINE_S, "a new leader of partition %d" % victim_part,
+                          0.02)
+        failover_s = time.time() - t_kill
+        log("b) new leader of partition %d: node %d after %.2f s" %
+            (victim_part, new_leader, failover_s))
+        t_new = time.time()
+        # Writes must resume: every writer, whatever partition its keys hash to, goes on.
+        poll(lambda: load.acks_since(t_new) >= phase_writes, 120,
+             "%d writes acknowledged after the failover" % phase_writes)
+    finally:
+        load.finish()
+    log("b) writes acknowledged %d; client errors: %s" % (len(load.acked), errors_text(load)))
+    check(not load.bad, "non-retryable client errors: %s" % load.bad[:5])
+    read_back(cl, load.acked, [n.id for n in cl.live()])
+    log("b) ok: %d acknowledged writes read back strongly" % len(load.acked))
+    return load, victim, failover_s
+
+
+def caught_up(cl, nid):
+    """True when every partition node nid is a member of has applied the leader's commit."""
+    n = cl.node(nid)
+    a = n.admin()
+    if a is None or not a.get("ready"):
+        return False
+    mine = [p for p in a.get("partitions", []) if nid in p.get("members", [])]
+    if not mine:
+        return False
+    for p in mine:
+        if "local" not in p:
+            return False
+        leader = cl.leader_of(p["id"])
+        if leader is None:
+            return False
+        if leader == nid:
+            continue
+        lv = cl.local_views(p["id"]).get(leader)
+        if lv is None or p["local"]["applied_index"] < lv["local"]["commit_index"]:
+            return False
+    return True
+
+
+def part_c(cl, load, victim):
+    t0 = time.time()
+    cl.start([cl.node(victim)])
+    poll(lambda: caught_up(cl, victim), CATCHUP_DEADLINE_S,
+         "node %d's replicas reach their leaders' commit_index" % victim, 0.2)
+    catchup_s = time.time() - t0
+    read_back(cl, load.acked, [victim])
+    c = client(cl.node(victim).url, True)
+    last = sorted(load.acked.items())[-1]
+    poll(lambda: get(c, last[0], False) == last[1], EVENTUAL_DEADLINE_S,
+         "eventual read through node %d" % victim)
+    log("c) ok: node %d restarted, caught up in %.2f s, strong and eventual reads through it" %
+        (victim, catchup_s))
+    return catchup_s
+
+
+def stop_all(cl, deadline_s=60):
+    """SIGTERM to every node; returns the problems (exit status not 0, still running)."""
+    for n in cl.nodes:
+        n.proc.send_signal(signal.SIGTERM)
+    end = time.time() + deadline_s
+    problems = []
+    for n in cl.nodes:
+        try:
+            rc = n.proc.wait(timeout=max(0.1, end - time.time()))
+            if rc != 0:
+                problems.append("node %d exited with %d on SIGTERM (want 0)" % (n.id, rc))
+        except subprocess.TimeoutExpired:
+            problems.append("node %d still running %d s after SIGTERM" % (n.id, deadline_s))
+            n.proc.kill()
+            n.proc.wait()
+    return problems
+
+
+def part_d(cl, load):
+    # A node that does not stop cleanly is a failure, reported after the data check so
+    # that one run says both.
+    problems = stop_all(cl)
+    for p in problems:
+        log("d) " + p)
+    cl.start()
+    c = client(cl.node(1).url, True)
+    check(TABLE in c.list_tables()["TableNames"], "table %s after restart" % TABLE)
+    poll(lambda: all(cl.leader_of(p["id"]) for p in cl.partitions()), LEADERS_DEADLINE_S,
+         "every partition has a leader after the restart", 0.2)
+    acked = dict(load.acked)
+    acked["a-key"] = "a-value"
+    read_back(cl, acked, [1, 2, 3])
+    log("d) all 3 restarted after SIGTERM; %d writes still there" % len(acked))
+    check(not problems, "; ".join(problems))
+    log("d) ok: all 3 stopped cleanly with SIGTERM")
+
+
+def main():
+    stratad = os.path.abspath(sys.argv[1])
+    phase_writes = int(sys.argv[2]) if len(sys.argv) > 2 else 300
+    work = tempfile.mkdtemp(prefix="strata-cluster-")
+    cl = Cluster(stratad, work)
+    ok = False
+    try:
+        log("nodes: %s" % ", ".join("%d client %d peer %d" % (n.id, n.cport, n.pport)
+                                    for n in cl.nodes))
+        t0 = time.time()
+        cl.start()
+        log("cluster ready in %.2f s" % (time.time() - t0))
+        create_table(client(cl.node(1).url, True), cl)
+        part_a(cl)
+        load, victim, failover_s = part_b(cl, phase_writes)
+        catchup_s = part_c(cl, load, victim)
+        part_d(cl, load)
+        ok = True
+        log("summary: writes acknowledged %d; client errors: %s; leader failover %.2f s; "
+            "restarted node caught up in %.2f s" %
+            (len(load.acked), errors_text(load), failover_s, catchup_s))
+    except (Failure, botocore.exceptions.BotoCoreError,
+            botocore.exceptions.ClientError) as e:
+        log("FAIL: %s" % e)
+    finally:
+        cl.kill_all()
+        if not ok:
+            for n in cl.nodes:
+                sys.stderr.write("---- node %d log tail ----\n%s" % (n.id, n.tail()))
+        shutil.rmtree(work, ignore_errors=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
