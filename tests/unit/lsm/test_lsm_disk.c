@@ -234,7 +234,8 @@ static void flipped_bytes_are_detected(void **state)
     uint32_t r = 99;
     for (int f = 0; f < nn; f++) {
         char path[256];
-        snprintf(path, sizeof path, "%s/%s", dir, names[f]);
+        int pn = snprintf(path, sizeof path, "%s/%s", dir, names[f]);
+        assert_true(pn > 0 && (size_t)pn < sizeof path);
         struct stat st;
         assert_int_equal(stat(path, &st), 0);
         /* The last 200 bytes (footer, index, filter) entirely, then random positions. */
@@ -259,7 +260,8 @@ static void flipped_bytes_are_detected(void **state)
         if (strstr(names[f], ".sst") == NULL)
             continue;
         char path[256];
-        snprintf(path, sizeof path, "%s/%s", dir, names[f]);
+        int pn = snprintf(path, sizeof path, "%s/%s", dir, names[f]);
+        assert_true(pn > 0 && (size_t)pn < sizeof path);
         assert_int_equal(unlink(path), 0);
         assert_int_equal(check_all(&loop, dir), ERR_IO);
         break;
