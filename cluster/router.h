@@ -134,6 +134,8 @@ typedef struct {
     unsigned election_timeout_ms;  /* 0 = 1000 */
     unsigned heartbeat_timeout_ms; /* 0 = 100 */
     size_t memtable_bytes;         /* engine memtable bytes; 0 = the engine's default */
+    uint64_t replace_after_ms;     /* a node DOWN this long has its replicas re-created
+                                      elsewhere; 0 = 300000 */
 } router_cluster_config;
 
 typedef struct {
@@ -215,7 +217,7 @@ const char *router_region(const router *r);
 size_t router_inflight(const router *r);
 
 /* True once the node can serve requests: always on one node; in a cluster, once this
- * node knows the cluster map and is registered in it. */
+ * node knows the cluster map and is registered in it, until it is removed. */
 bool router_ready(const router *r);
 
 /* Appends the node's view of the cluster as a JSON object (GET /admin/cluster):

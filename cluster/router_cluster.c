@@ -14,6 +14,7 @@
  *   MSG_PART_WRITE    varint partition | varint epoch | command -> varint index | result
  *   MSG_PART_READ     varint partition | u8 consistent | varint min index | raw read
  *                     request -> raw result
+ *   MSG_GROUP_STATUS  varint partition -> u8 caught up (for promoting a learner)
  *   MSG_SNAP_CHUNK    varint partition | varint session | start key -> varint applied
  *                     index | u8 done | varint next-key length | next key |
  *                     (varint klen | key | varint vlen | value)*
@@ -45,6 +46,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -64,6 +66,7 @@ enum {
     MSG_PART_WRITE = 5,
     MSG_PART_READ = 6,
     MSG_SNAP_CHUNK = 7,
+    MSG_GROUP_STATUS = 8,
 };
 
 #define META_GROUP          0
@@ -83,6 +86,8 @@ enum {
 #define SNAP_SESSION_IDLE_MS 60000
 #define COMPACT_EVERY_MS    1000
 #define COMPACT_MIN_ENTRIES 1024 /* compact once the engine holds this many more entries */
+#define DOWN_AFTER_MS       10000 /* unreachable from the meta leader this long: DOWN */
+#define REPLACE_AFTER_MS    300000
 
 typedef struct lpart {
     uint64_t id;
@@ -158,6 +163,7 @@ typedef struct {
 typedef struct {
     uint64_t id;
     bool connected;
+    uint64_t down_since; /* meta leader: when it last saw the node unreachable, 0 if reachable */
 } peer_state;
 
 
@@ -216,6 +222,8 @@ struct rcluster {
     session *sessions;
     uint64_t last_compact;
     size_t memtable_bytes;
+    uint64_t replace_after_ms; /* replicas of a node DOWN this long are re-created */
+    bool sched_busy;           /* the scheduler waits for its last command or probe */
     op *retry_head;
     size_t n_ops;
     uv_timer_t tick, kick, retry;
@@ -233,6 +241,15 @@ static void reconcile(rcluster *c);
 static uint64_t now_ms(const rcluster *c)
 {
     return uv_now(c->loop);
+}
+
+/* Wall-clock milliseconds: the time meta commands carry (compared across nodes, e.g. how
+ * long a node has been DOWN). */
+static uint64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
 static int parse_hostport(const char *s, char *host, size_t cap, int *port)
@@ -1581,6 +1598,291 @@ static void snapshots_tick(rcluster *c)
     }
 }
 
+/* ------------------------------------------------------------------ replica moves */
+
+/*
+ * Moving a replica (node drain): the meta leader's scheduler changes the map one step at
+ * a time (ADD_LEARNER, PROMOTE once the learner caught up, REMOVE_REPLICA), and the
+ * leader of each partition makes its Raft configuration follow the map, one change at a
+ * time (add as learner, promote, remove). The map is the intent; Raft follows it.
+ */
+
+/* The single Raft configuration change that brings `cur` one step closer to the map's
+ * members of `mp`: add a missing member as learner, else promote, else remove. Returns
+ * false when they already agree. */
+static bool next_config(const meta_partition *mp, const raft_host_member *cur, size_t n,
+                        raft_host_member *out, size_t *out_n)
+{
+    memcpy(out, cur, n * sizeof *cur);
+    *out_n = n;
+    for (uint32_t k = 0; k < mp->n_members; k++) { /* add */
+        bool have = false;
+        for (size_t i = 0; i < n; i++)
+            have = have || cur[i].id == mp->members[k].node;
+        if (!have && n < META_MAX_MEMBERS) {
+            out[(*out_n)++] = (raft_host_member){.id = mp->members[k].node, .voter = false};
+            return true;
+        }
+    }
+    for (size_t i = 0; i < n; i++) { /* promote */
+        meta_role role;
+        if (!cur[i].voter && meta_partition_has(mp, cur[i].id, &role) && role == META_VOTER) {
+            out[i].voter = true;
+            return true;
+        }
+    }
+    for (size_t i = 0; i < n; i++) /* remove */
+        if (!meta_partition_has(mp, cur[i].id, NULL)) {
+            memmove(&out[i], &out[i + 1], (n - i - 1) * sizeof *out);
+            (*out_n)--;
+            return true;
+        }
+    return false;
+}
+
+static void on_config_changed(void *data, const raft_host_outcome *out)
+{
+    rcluster *c = data;
+    if (out->code != ERR_NONE && !c->closing)
+        fprintf(stderr, "stratad: a replica configuration change did not commit; retrying\n");
+}
+
+/* On partition leaders: Raft configurations follow the map. */
+static void follow_map_configs(rcluster *c)
+{
+    for (size_t i = 0; i < c->n_parts; i++) {
+        lpart *lp = &c->parts[i];
+        const meta_partition *mp = meta_partition_find(c->meta, lp->id);
+        raft_host_member cur[META_MAX_MEMBERS + 2], next[META_MAX_MEMBERS + 2];
+        size_t n, nn;
+        bool pending;
+        if (mp == NULL || !raft_host_is_leader(c->host, lp->id) ||
+            raft_host_configuration(c->host, lp->id, cur, META_MAX_MEMBERS + 2, &n, &pending,
+                                    NULL) < 0 ||
+            pending || !next_config(mp, cur, n, next, &nn))
+            continue;
+        strata_err err;
+        if (raft_host_change(c->host, lp->id, next, nn, on_config_changed, c, &err) < 0)
+            fprintf(stderr, "stratad: partition %" PRIu64 ": configuration change refused: %s\n",
+                    lp->id, err.msg);
+        else
+            fprintf(stderr, "stratad: partition %" PRIu64 ": configuration change to %zu members\n",
+                    lp->id, nn);
+    }
+}
+
+/* MSG_GROUP_STATUS: varint partition -> u8 caught_up. A replica is caught up when it
+ * follows a known leader, is not copying a snapshot, and applied all it knows committed. */
+static void serve_group_status(rcluster *c, const uint8_t *data, size_t len, rpc_responder *resp)
+{
+    rd r;
+    rd_init(&r, data, len);
+    uint64_t pid = rd_varint(&r);
+    uint8_t ok = !r.failed && local_replica_fresh(c, pid, 0);
+    rpc_respond(resp, &ok, 1, NULL);
+}
+
+static void on_sched_done(void *ctx, const strata_err *err, const uint8_t *res, size_t len)
+{
+    rcluster *c = ctx;
+    (void)res;
+    (void)len;
+    c->sched_busy = false;
+    if (err != NULL && !c->closing)
+        fprintf(stderr, "stratad: scheduler step refused: %s\n", err->msg);
+}
+
+static void sched_propose(rcluster *c, meta_cmd *cmd)
+{
+    strata_err err;
+    cmd->now_ms = wall_ms();
+    if (propose_meta(c, cmd, on_sched_done, c, &err) == 0)
+        c->sched_busy = true;
+}
+
+typedef struct {
+    rcluster *c;
+    uint64_t pid, node, epoch;
+} promote_probe;
+
+static void on_group_status(void *ctx, int status, const strata_err *err, const uint8_t *data,
+                            size_t len)
+{
+    promote_probe *p = ctx;
+    rcluster *c = p->c;
+    (void)err;
+    c->sched_busy = false;
+    if (status == 0 && len == 1 && data[0] == 1 && !c->closing) {
+        meta_cmd cmd = {.kind = META_CMD_PROMOTE, .partition_id = p->pid, .epoch = p->epoch,
+                        .node_id = p->node};
+        sched_propose(c, &cmd);
+    }
+    free(p);
+}
+
+
+/* The voter whose removal keeps the placement rules and takes a replica from the busiest
+ * node (ties: the highest id); 0 when none may go. `learner_from` is ignored (0). */
+static uint64_t pick_removal(rcluster *c, const meta_partition *mp)
+{
+    uint64_t best = 0;
+    size_t best_count = 0;
+    for (uint32_t k = 0; k < mp->n_members; k++) {
+        if (mp->members[k].role != META_VOTER)
+            continue;
+        uint64_t id = mp->members[k].node;
+        const meta_node *n = meta_node_find(c->meta, id);
+        meta_partition next = *mp;
+        uint32_t w = 0;
+        for (uint32_t i = 0; i < next.n_members; i++)
+            if (next.members[i].node != id)
+                next.members[w++] = next.members[i];
+        next.n_members = w;
+        if (next.leader_hint == id)
+            next.leader_hint = 0;
+        if (meta_partition_check(c->meta, &next, NULL) != 0)
+            continue;
+        if (n != NULL && n->state != META_NODE_ACTIVE)
+            return id; /* a draining, down or removed node's replica goes first */
+        size_t count = 0;
+        for (size_t i = 0; i < meta_partition_count(c->meta); i++)
+            count += meta_partition_has(meta_partition_at(c->meta, i), id, NULL);
+        if (count > best_count || (count == best_count && id > best)) {
+            best = id;
+            best_count = count;
+        }
+    }
+    return best;
+}
+
+/* Node liveness as the meta leader sees it: unreachable for DOWN_AFTER_MS -> DOWN;
+ * reachable again -> ACTIVE. Returns true when it proposed something. */
+static bool schedule_liveness(rcluster *c)
+{
+    uint64_t now = now_ms(c);
+    for (size_t i = 0; i < meta_node_count(c->meta); i++) {
+        const meta_node *n = meta_node_at(c->meta, i);
+        peer_state *ps = peer_find(c, n->id);
+        if (n->id == c->self || ps == NULL)
+            continue;
+        if (ps->connected)
+            ps->down_since = 0;
+        else if (ps->down_since == 0)
+            ps->down_since = now;
+        meta_node_state want = n->state;
+        if ((n->state == META_NODE_ACTIVE || n->state == META_NODE_DRAINING) && !ps->connected &&
+            now - ps->down_since >= DOWN_AFTER_MS)
+            want = META_NODE_DOWN;
+        else if (n->state == META_NODE_DOWN && ps->connected)
+            want = META_NODE_ACTIVE;
+        if (want != n->state) {
+            meta_cmd cmd = {.kind = META_CMD_NODE_STATE};
+            cmd.node.id = n->id;
+            cmd.node.state = want;
+            fprintf(stderr, "stratad: node %" PRIu64 " is %s\n", n->id,
+                    want == META_NODE_DOWN ? "unreachable: marking it DOWN" : "back: ACTIVE");
+            sched_propose(c, &cmd);
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Starts the first step (ADD_LEARNER) of the first of `moves` whose partition is not
+ * already moving. */
+static bool start_move(rcluster *c, placement_move *moves, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const meta_partition *mp = meta_partition_find(c->meta, moves[i].partition_id);
+        if (mp == NULL || mp->n_members != meta_partition_voters(mp) ||
+            meta_partition_voters(mp) != META_REPLICAS)
+            continue;
+        meta_cmd cmd;
+        strata_err err;
+        if (placement_move_cmd(c->meta, &moves[i], 0, &cmd, &err) == 0) {
+            fprintf(stderr, "stratad: moving partition %" PRIu64 " from node %" PRIu64
+                            " to node %" PRIu64 "\n",
+                    moves[i].partition_id, moves[i].from, moves[i].to);
+            sched_propose(c, &cmd);
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Asks the learner's node whether its replica caught up; PROMOTE follows if it did. */
+static bool probe_learner(rcluster *c, const meta_partition *mp, uint64_t node)
+{
+    promote_probe *p = malloc(sizeof *p);
+    if (p == NULL)
+        return false;
+    *p = (promote_probe){.c = c, .pid = mp->id, .node = node, .epoch = mp->epoch};
+    buf b;
+    buf_init(&b, 0);
+    buf_put_varint(&b, mp->id);
+    strata_err err;
+    int rc = b.failed ? -1 : rpc_call(c->rpc, node, MSG_GROUP_STATUS, b.data, b.len,
+                                      ATTEMPT_DEADLINE_MS, on_group_status, p, &err);
+    buf_free(&b);
+    if (rc < 0) {
+        free(p);
+        return false;
+    }
+    c->sched_busy = true;
+    return true;
+}
+
+/* One step of the meta leader's scheduler, one meta command (or probe) at a time: node
+ * liveness, then moves in progress (promote a caught-up learner, remove the extra
+ * voter), then new moves: off draining nodes, off nodes down past replace_after, and
+ * toward even replica counts (a node that joined). */
+static void schedule(rcluster *c)
+{
+    if (!c->voter || c->sched_busy || c->closing || !raft_host_is_leader(c->host, META_GROUP))
+        return;
+    if (schedule_liveness(c))
+        return;
+    for (size_t i = 0; i < meta_partition_count(c->meta); i++) {
+        const meta_partition *mp = meta_partition_at(c->meta, i);
+        for (uint32_t k = 0; k < mp->n_members; k++)
+            if (mp->members[k].role == META_LEARNER && node_usable(c, mp->members[k].node) &&
+                probe_learner(c, mp, mp->members[k].node))
+                return;
+        if (meta_partition_voters(mp) > META_REPLICAS && mp->n_members == meta_partition_voters(mp)) {
+            uint64_t victim = pick_removal(c, mp);
+            if (victim != 0) {
+                meta_cmd cmd = {.kind = META_CMD_REMOVE_REPLICA, .partition_id = mp->id,
+                                .epoch = mp->epoch, .node_id = victim};
+                sched_propose(c, &cmd);
+                return;
+            }
+        }
+    }
+    placement_move *moves = NULL;
+    size_t n = 0;
+    strata_err err;
+    for (size_t i = 0; i < meta_node_count(c->meta); i++) {
+        const meta_node *nd = meta_node_at(c->meta, i);
+        if (nd->state != META_NODE_DRAINING ||
+            placement_drain(c->meta, nd->id, &moves, &n, &err) < 0)
+            continue;
+        bool started = start_move(c, moves, n);
+        free(moves);
+        if (started)
+            return;
+    }
+    if (placement_replace_down(c->meta, wall_ms(), c->replace_after_ms, &moves, &n, &err) == 0) {
+        bool started = start_move(c, moves, n);
+        free(moves);
+        if (started)
+            return;
+    }
+    if (placement_rebalance(c->meta, &moves, &n, &err) == 0) {
+        start_move(c, moves, n);
+        free(moves);
+    }
+}
+
 /* ------------------------------------------------------------------ transport */
 
 static int transport_send(void *ctx, uint64_t to, uint64_t group, const void *msg, size_t len)
@@ -1873,6 +2175,9 @@ static void on_request(void *ctx, uint64_t peer, uint32_t type, const uint8_t *d
     case MSG_SNAP_CHUNK:
         serve_snap_chunk(c, peer, data, len, resp);
         return;
+    case MSG_GROUP_STATUS:
+        serve_group_status(c, data, len, resp);
+        return;
     }
     rpc_respond_error(resp, ERR_UNKNOWN_OPERATION, "unknown request type");
 }
@@ -1944,7 +2249,7 @@ static void ask_to_join(rcluster *c)
 {
     buf b;
     buf_init(&b, 0);
-    meta_cmd cmd = {.kind = META_CMD_NODE_REGISTER, .now_ms = now_ms(c), .node = c->me};
+    meta_cmd cmd = {.kind = META_CMD_NODE_REGISTER, .now_ms = wall_ms(), .node = c->me};
     strata_err err;
     if (meta_encode(&cmd, &b, &err) < 0) {
         buf_free(&b);
@@ -2022,7 +2327,7 @@ static void register_self(rcluster *c)
         return;
     if (meta_leader(c) == 0 && c->voter)
         return; /* no meta leader yet: wait for the election */
-    meta_cmd cmd = {.kind = META_CMD_NODE_REGISTER, .now_ms = now_ms(c), .node = c->me};
+    meta_cmd cmd = {.kind = META_CMD_NODE_REGISTER, .now_ms = wall_ms(), .node = c->me};
     strata_err err;
     if (propose_meta(c, &cmd, on_registered, c, &err) == 0)
         c->register_in_flight = true;
@@ -2058,7 +2363,12 @@ static void reconcile_groups(rcluster *c)
         } else {
             count_partition(c, lp);
         }
-        if (raft_host_start_group(c->host, mp->id, voters, nv, applied, &err) < 0) {
+        /* Members of a partition's first configuration (epoch 1) bootstrap it identically;
+         * a replica added later (or restarted after moves) joins and waits for the leader. */
+        int rc = mp->epoch == 1 && role == META_VOTER
+                     ? raft_host_start_group(c->host, mp->id, voters, nv, applied, &err)
+                     : raft_host_join_group(c->host, mp->id, applied, &err);
+        if (rc < 0) {
             fprintf(stderr, "stratad: cannot start partition %" PRIu64 ": %s\n", mp->id, err.msg);
             lpart_remove(c, lpart_find(c, mp->id));
         }
@@ -2067,6 +2377,13 @@ static void reconcile_groups(rcluster *c)
         lpart *lp = &c->parts[i];
         const meta_partition *mp = meta_partition_find(c->meta, lp->id);
         if (mp != NULL && meta_partition_has(mp, c->self, NULL)) {
+            i++;
+            continue;
+        }
+        /* A leader moved away first takes itself out of the Raft configuration
+         * (follow_map_configs) and steps down once that commits; stopping it before would
+         * leave the others a configuration that still counts it. */
+        if (mp != NULL && raft_host_is_leader(c->host, lp->id)) {
             i++;
             continue;
         }
@@ -2166,6 +2483,8 @@ static void on_tick(uv_timer_t *t)
     register_self(c);
     snapshots_tick(c);
     reconcile(c);
+    follow_map_configs(c);
+    schedule(c);
 }
 
 /* ------------------------------------------------------------------ the router's calls */
@@ -2201,7 +2520,7 @@ static int table_create_cmd(rcluster *c, const uint8_t *rec, size_t len, const c
             (*parts)[i].hash_hi = t->partitions[i].hash_hi;
         }
         *cmd = (meta_cmd){.kind = META_CMD_TABLE_CREATE,
-                          .now_ms = now_ms(c),
+                          .now_ms = wall_ms(),
                           .table_id = t->schema.table_id,
                           .name = ch->name,
                           .name_len = ch->name_len,
@@ -2235,10 +2554,10 @@ int rcluster_catalog_write(rcluster *c, const uint8_t *rec, size_t len, router_c
     if (ch.drop) {
         if (t == NULL)
             return strata_err_set(err, ERR_RESOURCE_NOT_FOUND, "Requested resource not found");
-        cmd = (meta_cmd){.kind = META_CMD_TABLE_DROP, .now_ms = now_ms(c), .table_id = t->id};
+        cmd = (meta_cmd){.kind = META_CMD_TABLE_DROP, .now_ms = wall_ms(), .table_id = t->id};
     } else if (t != NULL) {
         cmd = (meta_cmd){.kind = META_CMD_TABLE_SCHEMA,
-                         .now_ms = now_ms(c),
+                         .now_ms = wall_ms(),
                          .table_id = t->id,
                          .schema = rec,
                          .schema_len = len};
@@ -2307,7 +2626,7 @@ int rcluster_node_state(rcluster *c, uint64_t node, const char *state, router_cb
     if (meta_node_find(c->meta, node) == NULL)
         return strata_err_set(err, ERR_RESOURCE_NOT_FOUND, "node %" PRIu64 " is not in the cluster",
                               node);
-    meta_cmd cmd = {.kind = META_CMD_NODE_STATE, .now_ms = now_ms(c)};
+    meta_cmd cmd = {.kind = META_CMD_NODE_STATE, .now_ms = wall_ms()};
     cmd.node.id = node;
     cmd.node.state = st;
     return propose_meta(c, &cmd, cb, ctx, err);
@@ -2335,8 +2654,9 @@ size_t rcluster_inflight(const rcluster *c)
 
 bool rcluster_ready(const rcluster *c)
 {
+    /* A draining node still takes requests (it routes them like any node). */
     const meta_node *n = c->formed ? meta_node_find(c->meta, c->self) : NULL;
-    return n != NULL && n->state == META_NODE_ACTIVE;
+    return n != NULL && n->state != META_NODE_JOINING && n->state != META_NODE_REMOVED;
 }
 
 static const char *raft_state_name(int st)
@@ -2384,7 +2704,11 @@ void rcluster_status_json(rcluster *c, buf *out)
         json_str(out, n->client_addr);
         buf_printf(out, ",\"peer\":");
         json_str(out, n->peer_addr);
-        buf_printf(out, ",\"connected\":%s}", node_usable(c, n->id) ? "true" : "false");
+        size_t replicas = 0;
+        for (size_t k = 0; k < meta_partition_count(c->meta); k++)
+            replicas += meta_partition_has(meta_partition_at(c->meta, k), n->id, NULL);
+        buf_printf(out, ",\"connected\":%s,\"replicas\":%zu}",
+                   node_usable(c, n->id) ? "true" : "false", replicas);
     }
     buf_printf(out, "],\"partitions\":[");
     for (size_t i = 0; i < meta_partition_count(c->meta); i++) {
@@ -2596,6 +2920,7 @@ rcluster *rcluster_open(const router_config *cfg, strata_err *err)
         c->sm.read = partition_read;
     c->self = cc->node_id;
     c->memtable_bytes = cc->memtable_bytes;
+    c->replace_after_ms = cc->replace_after_ms ? cc->replace_after_ms : REPLACE_AFTER_MS;
     c->bootstrap = cc->bootstrap;
     c->expect = cc->bootstrap_expect > 0 ? cc->bootstrap_expect : 3;
     if (c->expect > MAX_META_VOTERS)

@@ -55,6 +55,8 @@ typedef struct group {
     bool failed;
     bool applying;
     bool apply_blocked; /* the fsm answered RAFT_HOST_APPLY_BUSY: wait for apply_resume */
+    bool change_active; /* a raft_host_change is in progress (waiting for its barrier or for
+                           its entry to be applied): one change at a time */
     bool stopped;       /* removed by raft_host_stop_group: a shell kept until its storage
                            completions in flight have arrived (they must not touch freed memory) */
     struct group *next_zombie;
@@ -341,8 +343,9 @@ static int group_step(group *g, struct raft_event *ev)
     if (rv != 0) {
         char why[128];
         snprintf(why, sizeof why, "raft_step(%d): %s", (int)ev->type, raft_strerror(rv));
-        /* NOTLEADER on submit is an ordinary answer, not a failure of the group. */
-        if (ev->type == RAFT_SUBMIT && rv == RAFT_NOTLEADER)
+        /* NOTLEADER (or CANTCHANGE: a configuration change is pending) on submit is an
+         * ordinary answer, not a failure of the group; the core changed nothing. */
+        if (ev->type == RAFT_SUBMIT && (rv == RAFT_NOTLEADER || rv == RAFT_CANTCHANGE))
             return -1;
         group_fail(g, ERR_INTERNAL, why);
         return -1;
@@ -469,6 +472,30 @@ static void append_done_in(group *g, uint64_t first, uint64_t last, int status)
     persisted(g, last);
 }
 
+/*
+ * Works around a C-Raft 0.22 bug: a follower appending received entries records a
+ * configuration entry as uncommitted at the index of the FIRST new entry of the batch
+ * (replicationAppend passes `index`, not `index + i`). The configuration itself is right
+ * (the batch's last one), its index is not: the core would then ignore its commit
+ * (RAFT_CONFIGURATION must name that index), so the change stayed pending for ever (a
+ * leader elected later could never change the configuration), and a truncation between
+ * the two indexes would not roll it back. The host holds the entries: it puts the index
+ * of the batch's last configuration entry right (a leader's own submits, one entry at a
+ * time, are recorded correctly).
+ */
+static void fix_uncommitted_index(group *g, uint64_t index, unsigned n)
+{
+    if (g->raft.configuration_uncommitted_index != index)
+        return;
+    for (unsigned j = n; j-- > 1;) {
+        log_entry *le = log_at(g, index + j);
+        if (le != NULL && le->type == RAFT_CHANGE) {
+            g->raft.configuration_uncommitted_index = index + j;
+            return;
+        }
+    }
+}
+
 static void persist_entries(group *g, struct raft_update *up)
 {
     raft_host *h = g->h;
@@ -492,6 +519,7 @@ static void persist_entries(group *g, struct raft_update *up)
         group_fail(g, ERR_NOMEM, "log copy failed");
         return;
     }
+    fix_uncommitted_index(g, index, n);
     /* Earlier appends in flight lose whatever this one replaces. */
     for (append_req *r = g->appends; r != NULL; r = r->next)
         if (r->last >= index)
@@ -650,6 +678,43 @@ static void maybe_start_barrier(group *g)
     }
 }
 
+static int conf_decode(const uint8_t *bytes, size_t len, struct raft_configuration *out);
+
+/* The RAFT_CHANGE entry at `index` is committed and durable here: if it is the core's
+ * pending configuration, tell the core (it then counts it committed, and a leader that
+ * is no longer a voter in it steps down). Any other configuration entry is already
+ * superseded (a later one is pending): the core would ignore it. */
+static void conf_committed(group *g, uint64_t index, const log_entry *le)
+{
+    if (g->failed || g->raft.configuration_uncommitted_index != index)
+        return;
+    struct raft_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.type = RAFT_CONFIGURATION;
+    ev.configuration.index = index;
+    if (conf_decode(le->data, le->len, &ev.configuration.conf) != 0) {
+        group_fail(g, ERR_CORRUPT, "bad configuration entry");
+        return;
+    }
+    group_step(g, &ev); /* the core takes the configuration over */
+}
+
+/* The core's pending configuration may be at or below the applied index: restored from
+ * the log at start (the core cannot know it was committed) while the state machine was
+ * already past it, or received again after an install ahead of the log. Entries there
+ * are not applied again, so the commit is reported here once it is known. */
+static void conf_catch_up(group *g, uint64_t limit)
+{
+    uint64_t u = g->raft.configuration_uncommitted_index;
+    if (u == 0 || u > g->applied || u > limit)
+        return;
+    log_entry *le = log_at(g, u);
+    if (le != NULL && le->type == RAFT_CHANGE) {
+        log_entry copy = *le;
+        conf_committed(g, u, &copy);
+    }
+}
+
 static int apply_one(group *g, uint64_t index, log_entry *le)
 {
     raft_host *h = g->h;
@@ -669,33 +734,31 @@ static int apply_one(group *g, uint64_t index, log_entry *le)
             group_fail(g, ERR_INTERNAL, "state machine apply failed");
             return -1;
         }
-    } else if (le->type == RAFT_CHANGE && index > 1) {
-        struct raft_event ev;
-        struct raft_buffer b = {le->data, le->len};
-        memset(&ev, 0, sizeof ev);
-        ev.type = RAFT_CONFIGURATION;
-        ev.configuration.index = index;
-        raft_configuration_init(&ev.configuration.conf);
-        if (raft_configuration_decode(&b, &ev.configuration.conf) != 0) {
-            group_fail(g, ERR_CORRUPT, "bad configuration entry");
-            return -1;
-        }
-        g->applied = index > g->applied ? index : g->applied;
-        group_step(g, &ev);
     }
     if (index > g->applied)
         g->applied = index;
 
-    /* The command's submitter, if it is waiting here. */
+    /* The submitters waiting here (the entry's own, or earlier ones whose entries were
+     * replaced), detached first: a committed configuration may depose this leader, which
+     * fails the ops still listed, and the change's own submitter must hear of success. */
+    pending_list here = {NULL, NULL};
     while (g->submits.head != NULL && g->submits.head->index <= index) {
         pending *p = g->submits.head;
         g->submits.head = p->next;
         if (g->submits.head == NULL)
             g->submits.tail = NULL;
+        list_push(&here, p);
+    }
+    if (le->type == RAFT_CHANGE)
+        conf_committed(g, index, le);
+    uint64_t hint = leader_of(g);
+    while (here.head != NULL) {
+        pending *p = here.head;
+        here.head = p->next;
         if (p->index == index && p->term == le->term)
             finish(p, ERR_NONE, h->cfg.node_id, res, rlen);
         else
-            finish(p, ERR_UNAVAILABLE, leader_of(g), NULL, 0);
+            finish(p, ERR_UNAVAILABLE, hint, NULL, 0);
     }
     free(res);
 
@@ -719,6 +782,7 @@ static void apply_committed(group *g)
         uint64_t limit = raft_commit_index(&g->raft);
         if (limit > g->raft.last_stored)
             limit = g->raft.last_stored;
+        conf_catch_up(g, limit);
         uint64_t next = g->applied + 1;
         /* Entries at or below the restart point are already in the state machine. */
         if (next > limit || g->failed)
@@ -1338,13 +1402,14 @@ static int bootstrap(raft_host *h, group *g, const uint64_t *members, size_t n,
     return 0;
 }
 
+/* members == NULL: a joining replica (raft_host_join_group), never bootstrapped here. */
 static int start_group_in(raft_host *h, uint64_t group_id, const uint64_t *members, size_t n,
                           uint64_t applied_index, strata_err *err)
 {
-    bool member = false;
+    bool join = members == NULL, member = false;
     for (size_t i = 0; i < n; i++)
         member |= members[i] == h->cfg.node_id;
-    if (n == 0 || !member)
+    if (!join && (n == 0 || !member))
         return strata_err_set(err, ERR_VALIDATION, "group %" PRIu64 ": this node must be a member",
                               group_id);
     if (find_group(h, group_id) != NULL)
@@ -1386,6 +1451,8 @@ static int start_group_in(raft_host *h, uint64_t group_id, const uint64_t *membe
             free(g);
             return -1;
         }
+    } else if (lerr.code == ERR_NOT_FOUND && join) {
+        ld.start_index = 1; /* empty, term 0: the leader's entries or snapshot will come */
     } else if (lerr.code == ERR_NOT_FOUND) {
         if (bootstrap(h, g, members, n, &conf_buf, err) != 0) {
             raft_close(&g->raft, NULL);
@@ -1402,7 +1469,7 @@ static int start_group_in(raft_host *h, uint64_t group_id, const uint64_t *membe
         return -1;
     }
 
-    size_t ne = loaded ? ld.n : 1;
+    size_t ne = loaded ? ld.n : join ? 0 : 1;
     struct raft_entry *ents = raft_calloc(ne ? ne : 1, sizeof *ents);
     int rc = ents == NULL ? -1 : 0;
     for (size_t i = 0; rc == 0 && i < ne; i++) {
@@ -1485,6 +1552,37 @@ static bool snapshot_acceptable(group *g, const struct raft_message *m)
              m->install_snapshot.term == raft_current_term(&g->raft));
 }
 
+/*
+ * An AppendEntries that starts below this replica's snapshot point (a leader's probing
+ * can step back that far; seen in tests/sim with replica moves, seed 612) would
+ * make C-Raft 0.22 append its entries over the compacted part of its log (it takes the
+ * entries it holds no term for as new) and the host then fail on a gap. Entries up to
+ * the point are committed, so the leader's are the ones already here (any leader whose
+ * message the term check lets through holds every committed entry): the message is
+ * trimmed to what a leader probing from the point would send. With no entry left it is
+ * a heartbeat at the point, its commit index capped there so that it commits nothing
+ * this replica has not checked against the leader's log.
+ */
+static void trim_below_snapshot(group *g, struct raft_message *m)
+{
+    struct raft_append_entries *a = &m->append_entries;
+    if (m->type != RAFT_APPEND_ENTRIES || g->snap_index == 0 || g->installing ||
+        a->prev_log_index >= g->snap_index)
+        return;
+    uint64_t skip = g->snap_index - a->prev_log_index;
+    if (skip >= a->n_entries) {
+        a->entries = NULL;
+        a->n_entries = 0;
+        if (a->leader_commit > g->snap_index)
+            a->leader_commit = g->snap_index;
+    } else {
+        a->entries += skip;
+        a->n_entries -= (unsigned)skip;
+    }
+    a->prev_log_index = g->snap_index;
+    a->prev_log_term = g->snap_term;
+}
+
 static int receive_in(raft_host *h, uint64_t from, uint64_t group_id, const void *msg, size_t len,
                       strata_err *err)
 {
@@ -1507,6 +1605,7 @@ static int receive_in(raft_host *h, uint64_t from, uint64_t group_id, const void
         raft_msg_free(owner); /* the leader sends it again */
         return 0;
     }
+    trim_below_snapshot(g, &m);
     struct raft_event ev;
     memset(&ev, 0, sizeof ev);
     ev.type = RAFT_RECEIVE;
@@ -1600,12 +1699,11 @@ static group *usable_group(const raft_host *h, uint64_t group_id, strata_err *er
     return g;
 }
 
-static int submit_in(raft_host *h, uint64_t group_id, const void *cmd, size_t len,
-                     raft_host_done_cb cb, void *data, strata_err *err)
+/* Proposes one entry of `type` on the leader g; cb fires once it is applied (see submit). */
+static int propose(group *g, enum raft_entry_type type, const void *cmd, size_t len,
+                   raft_host_done_cb cb, void *data, strata_err *err)
 {
-    group *g = usable_group(h, group_id, err);
-    if (g == NULL)
-        return -1;
+    uint64_t group_id = g->id;
     pending *p = calloc(1, sizeof *p);
     if (p == NULL)
         return strata_err_set(err, ERR_NOMEM, "submit");
@@ -1615,8 +1713,10 @@ static int submit_in(raft_host *h, uint64_t group_id, const void *cmd, size_t le
     p->index = raft_last_index(&g->raft) + 1;
     /* Registered before the step: the entry may commit within it (single voter). */
     list_push(&g->submits, p);
-    if (submit_entry(g, RAFT_COMMAND, cmd, len) == 0) {
-        /* Remove p unless the failed step already completed it. */
+    if (submit_entry(g, type, cmd, len) == 0) {
+        /* Remove p unless the failed step already completed it (the group failed): then
+         * its callback has fired, and the call counts as accepted (0). */
+        bool found = false;
         pending *prev = NULL;
         for (pending *q = g->submits.head; q != NULL; prev = q, q = q->next) {
             if (q != p)
@@ -1628,11 +1728,23 @@ static int submit_in(raft_host *h, uint64_t group_id, const void *cmd, size_t le
             if (g->submits.tail == q)
                 g->submits.tail = prev;
             free(q);
+            found = true;
             break;
         }
+        if (!found)
+            return 0;
         return strata_err_set(err, ERR_UNAVAILABLE, "submit to group %" PRIu64 " failed", group_id);
     }
     return 0;
+}
+
+static int submit_in(raft_host *h, uint64_t group_id, const void *cmd, size_t len,
+                     raft_host_done_cb cb, void *data, strata_err *err)
+{
+    group *g = usable_group(h, group_id, err);
+    if (g == NULL)
+        return -1;
+    return propose(g, RAFT_COMMAND, cmd, len, cb, data, err);
 }
 
 int raft_host_submit(raft_host *h, uint64_t group_id, const void *cmd, size_t len,
@@ -1727,4 +1839,232 @@ int raft_host_snapshot_installed(raft_host *h, uint64_t token, int status, uint6
     int rc = snapshot_installed_in(h, token, status, applied_index, err);
     h->depth--;
     return rc;
+}
+
+/* ---- membership ---- */
+
+/* A raft_host_change in progress: the encoded configuration and the caller's callback. */
+typedef struct {
+    group *g;
+    uint8_t *conf; /* raft_malloc'd (raft_configuration_encode) */
+    size_t conf_len;
+    raft_host_done_cb cb;
+    void *data;
+} change_req;
+
+static void change_free(change_req *c)
+{
+    raft_free(c->conf);
+    free(c);
+}
+
+/* The change entry was applied (or failed): the group may take the next change. The
+ * group is still allocated here: ops are failed before a group is freed. */
+static void change_done(void *data, const raft_host_outcome *o)
+{
+    change_req *c = data;
+    raft_host_done_cb cb = c->cb;
+    void *cb_data = c->data;
+    c->g->change_active = false;
+    change_free(c);
+    cb(cb_data, o);
+}
+
+static void change_fail(change_req *c, strata_code code, uint64_t hint)
+{
+    raft_host_outcome o = {.code = code, .leader_hint = hint};
+    change_done(c, &o);
+}
+
+static bool is_voter_in(const struct raft_configuration *c, uint64_t id)
+{
+    for (unsigned i = 0; i < c->n; i++)
+        if (c->servers[i].id == id)
+            return c->servers[i].role == RAFT_VOTER;
+    return false;
+}
+
+/* Raft's single-server rule: the voter sets differ by at most one server, so any
+ * majority of the old set and any majority of the new one intersect. */
+static bool one_voter_change(const struct raft_configuration *a, const struct raft_configuration *b)
+{
+    unsigned diff = 0;
+    for (unsigned i = 0; i < a->n; i++)
+        diff += a->servers[i].role == RAFT_VOTER && !is_voter_in(b, a->servers[i].id);
+    for (unsigned i = 0; i < b->n; i++)
+        diff += b->servers[i].role == RAFT_VOTER && !is_voter_in(a, b->servers[i].id);
+    return diff <= 1;
+}
+
+/* Whether the leader has committed an entry of its own term. Until then a configuration
+ * change is unsafe: an uncommitted change of an earlier leader might still win. */
+static bool committed_in_term(group *g)
+{
+    uint64_t c = raft_commit_index(&g->raft), term = raft_current_term(&g->raft);
+    log_entry *le = log_at(g, c);
+    if (le != NULL)
+        return le->term == term;
+    return c == g->snap_index && g->snap_term == term;
+}
+
+/* Appends the change entry, re-checking what may have changed while it waited. */
+static void change_propose(change_req *c)
+{
+    group *g = c->g;
+    strata_err err;
+    if (g->failed || raft_state(&g->raft) != RAFT_LEADER) {
+        change_fail(c, ERR_UNAVAILABLE, g->failed ? 0 : leader_of(g));
+        return;
+    }
+    struct raft_configuration next;
+    if (conf_decode(c->conf, c->conf_len, &next) != 0) {
+        change_fail(c, ERR_NOMEM, 0);
+        return;
+    }
+    bool ok = one_voter_change(&g->raft.configuration, &next);
+    raft_configuration_close(&next);
+    if (g->raft.configuration_uncommitted_index != 0 || !ok) {
+        change_fail(c, ERR_BUSY, leader_of(g)); /* another change got in meanwhile */
+        return;
+    }
+    if (propose(g, RAFT_CHANGE, c->conf, c->conf_len, change_done, c, &err) != 0)
+        change_fail(c, err.code, leader_of(g));
+}
+
+/* The barrier of this term is committed and applied (or leadership was lost). */
+static void change_after_barrier(void *data, const raft_host_outcome *o)
+{
+    change_req *c = data;
+    if (o->code != ERR_NONE) {
+        change_fail(c, o->code, o->leader_hint);
+        return;
+    }
+    change_propose(c);
+}
+
+/* Builds the C-Raft configuration for `m`; ERR_VALIDATION for bad members. */
+static int conf_build(const raft_host_member *m, size_t n, struct raft_configuration *conf,
+                      strata_err *err)
+{
+    unsigned voters = 0;
+    raft_configuration_init(conf);
+    if (n == 0 || n > 1024)
+        return strata_err_set(err, ERR_VALIDATION, "a configuration needs 1..1024 servers");
+    for (size_t i = 0; i < n; i++) {
+        char addr[24];
+        snprintf(addr, sizeof addr, "%" PRIu64, m[i].id);
+        int rv = m[i].id == 0 ? RAFT_BADID
+                              : raft_configuration_add(conf, m[i].id, addr,
+                                                       m[i].voter ? RAFT_VOTER : RAFT_STANDBY);
+        if (rv != 0) {
+            raft_configuration_close(conf);
+            raft_configuration_init(conf);
+            return strata_err_set(err, rv == RAFT_NOMEM ? ERR_NOMEM : ERR_VALIDATION,
+                                  "bad or duplicate member %" PRIu64, m[i].id);
+        }
+        voters += m[i].voter;
+    }
+    if (voters == 0) {
+        raft_configuration_close(conf);
+        raft_configuration_init(conf);
+        return strata_err_set(err, ERR_VALIDATION, "a configuration needs a voter");
+    }
+    return 0;
+}
+
+static int change_in(raft_host *h, uint64_t group_id, const raft_host_member *m, size_t n,
+                     raft_host_done_cb cb, void *data, strata_err *err)
+{
+    group *g = usable_group(h, group_id, err);
+    if (g == NULL)
+        return -1;
+    if (g->change_active || g->raft.configuration_uncommitted_index != 0)
+        return strata_err_set(err, ERR_BUSY, "group %" PRIu64 ": a configuration change is pending",
+                              group_id);
+    struct raft_configuration conf;
+    if (conf_build(m, n, &conf, err) != 0)
+        return -1;
+    if (!one_voter_change(&g->raft.configuration, &conf)) {
+        raft_configuration_close(&conf);
+        return strata_err_set(err, ERR_VALIDATION,
+                              "group %" PRIu64 ": a change may add or remove one voter at most",
+                              group_id);
+    }
+    change_req *c = calloc(1, sizeof *c);
+    struct raft_buffer b = {NULL, 0};
+    int rv = c == NULL ? RAFT_NOMEM : raft_configuration_encode(&conf, &b);
+    raft_configuration_close(&conf);
+    if (rv != 0) {
+        free(c);
+        return strata_err_set(err, ERR_NOMEM, "configuration change");
+    }
+    *c = (change_req){.g = g, .conf = b.base, .conf_len = b.len, .cb = cb, .data = data};
+    g->change_active = true; /* cleared by change_done, or just below */
+    if (committed_in_term(g)) {
+        if (propose(g, RAFT_CHANGE, c->conf, c->conf_len, change_done, c, err) != 0) {
+            g->change_active = false;
+            change_free(c);
+            return -1;
+        }
+        return 0;
+    }
+    /* A new leader: commit a barrier of this term first (shared with the reads). */
+    pending *p = calloc(1, sizeof *p);
+    if (p == NULL) {
+        change_free(c);
+        return strata_err_set(err, ERR_NOMEM, "configuration change");
+    }
+    p->cb = change_after_barrier;
+    p->data = c;
+    list_push(&g->reads_waiting, p);
+    maybe_start_barrier(g);
+    return 0;
+}
+
+int raft_host_change(raft_host *h, uint64_t group_id, const raft_host_member *m, size_t n,
+                     raft_host_done_cb cb, void *data, strata_err *err)
+{
+    h->depth++;
+    int rc = change_in(h, group_id, m, n, cb, data, err);
+    h->depth--;
+    return rc;
+}
+
+int raft_host_configuration(const raft_host *h, uint64_t group_id, raft_host_member *out,
+                            size_t cap, size_t *n, bool *uncommitted, strata_err *err)
+{
+    group *g = find_group(h, group_id);
+    if (g == NULL)
+        return strata_err_set(err, ERR_NOT_FOUND, "no group %" PRIu64, group_id);
+    const struct raft_configuration *c = &g->raft.configuration;
+    for (unsigned i = 0; i < c->n && i < cap; i++)
+        out[i] = (raft_host_member){c->servers[i].id, c->servers[i].role == RAFT_VOTER};
+    *n = c->n;
+    *uncommitted = g->raft.configuration_uncommitted_index != 0;
+    return 0;
+}
+
+int raft_host_join_group(raft_host *h, uint64_t group_id, uint64_t applied_index, strata_err *err)
+{
+    h->depth++;
+    int rc = start_group_in(h, group_id, NULL, 0, applied_index, err);
+    h->depth--;
+    return rc;
+}
+
+int raft_host_member_match(const raft_host *h, uint64_t group_id, uint64_t member, uint64_t *match,
+                           strata_err *err)
+{
+    group *g = find_group(h, group_id);
+    if (g == NULL)
+        return strata_err_set(err, ERR_NOT_FOUND, "no group %" PRIu64, group_id);
+    if (g->failed || raft_state(&g->raft) != RAFT_LEADER)
+        return strata_err_set(err, ERR_UNAVAILABLE, "not leader of group %" PRIu64, group_id);
+    raft_index idx = 0;
+    if (raft_match_index(&g->raft, member, &idx) != 0)
+        return strata_err_set(err, ERR_NOT_FOUND,
+                              "%" PRIu64 " is not in the configuration of group %" PRIu64, member,
+                              group_id);
+    *match = idx;
+    return 0;
 }

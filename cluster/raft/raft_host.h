@@ -41,11 +41,23 @@
  * Limits of this version (stated plainly): compaction happens only when the caller asks
  * (no policy inside); an install copies the whole state again after any failure of the
  * copy (no resume of a partial copy; that is the state machine's business); the
- * configuration used for a compaction point is found by scanning the log backwards; no
- * membership changes after creation (RAFT_CHANGE entries other than the bootstrap one
- * are applied to the core but cannot be submitted); the fsm snapshot/restore hooks are
- * never called (kept for compatibility; the data path is fsm.install); timers are
- * scanned linearly over groups on each tick, and install tokens over groups.
+ * configuration used for a compaction point is found by scanning the log backwards;
+ * membership changes are one at a time and change at most one voter each (no joint
+ * consensus; raft_host_change); the fsm snapshot/restore hooks are never called (kept for
+ * compatibility; the data path is fsm.install); timers are scanned linearly over groups
+ * on each tick, and install tokens over groups.
+ *
+ * Membership (moving a replica: join_group on the target, change to add it as a learner,
+ * wait until member_match shows it caught up, change to promote it, change to remove the
+ * old voter, stop_group on the old node): a configuration takes effect on each replica as
+ * soon as its entry is in that replica's log (Raft's single-server changes). A replica
+ * whose latest configuration does not contain it (joined and not yet told), or makes it a
+ * learner, never campaigns; a leader that removes itself (or makes itself a learner) leads
+ * until the change is committed, then steps down and never campaigns. A removed follower,
+ * though, usually never learns of its removal (the leader stops replicating to it as soon
+ * as the change is in the leader's log): it keeps asking for pre-votes, which are refused
+ * (its log lacks the change) and disturb nobody, until raft_host_stop_group - so stop it
+ * once the removal is committed.
  */
 #include <stdbool.h>
 #include <stddef.h>
@@ -190,11 +202,11 @@ typedef struct {
     raft_host_transport transport;
     raft_host_clock clock;
     raft_host_fsm fsm;
-    unsigned election_timeout_ms;  /* 0 = 1000 */
-    unsigned heartbeat_timeout_ms; /* 0 = 100; must be < election timeout */
-    uint64_t seed;                 /* seeds each group's election-timer randomness */
-    unsigned snapshot_trailing;    /* entries kept below a compaction point, so a follower
-                                      slightly behind gets entries, not a snapshot; 0 = 128 */
+    unsigned election_timeout_ms;         /* 0 = 1000 */
+    unsigned heartbeat_timeout_ms;        /* 0 = 100; must be < election timeout */
+    uint64_t seed;                        /* seeds each group's election-timer randomness */
+    unsigned snapshot_trailing;           /* entries kept below a compaction point, so a follower
+                                             slightly behind gets entries, not a snapshot; 0 = 128 */
     unsigned install_snapshot_timeout_ms; /* a leader re-sends InstallSnapshot to a follower
                                              silent this long; 0 = 30000 */
 } raft_host_config;
@@ -228,9 +240,9 @@ typedef struct {
     unsigned appends_in_flight; /* entry writes in flight */
     uint64_t snapshot_index;    /* last snapshot point (compaction or install), 0 if none */
     uint64_t snapshot_term;
-    uint64_t first_index;       /* first entry still held in the log */
-    bool installing;            /* an out-of-band snapshot copy is in progress */
-    uint64_t installs;          /* snapshots installed since start */
+    uint64_t first_index; /* first entry still held in the log */
+    bool installing;      /* an out-of-band snapshot copy is in progress */
+    uint64_t installs;    /* snapshots installed since start */
 } raft_host_group_stats;
 
 /* Creates a host. The config's interfaces must outlive it. ERR_VALIDATION, ERR_NOMEM. */
@@ -297,8 +309,8 @@ int raft_host_compact(raft_host *h, uint64_t group, uint64_t index, strata_err *
 /* Completes an fsm.install() copy (see raft_host_fsm). Returns -1 with ERR_NOT_FOUND for a
  * token the host does not wait for (stale, group stopped). Storage and the core are
  * updated asynchronously: the group applies again once the snapshot point is durable. */
-int raft_host_snapshot_installed(raft_host *h, uint64_t token, int status,
-                                 uint64_t applied_index, strata_err *err);
+int raft_host_snapshot_installed(raft_host *h, uint64_t token, int status, uint64_t applied_index,
+                                 strata_err *err);
 
 /* Feeds a message received from node `from` for `group`. Unknown groups, malformed or
  * inconsistent messages are dropped with -1 (ERR_NOT_FOUND / ERR_CORRUPT). */
@@ -334,6 +346,70 @@ uint64_t raft_host_leader(const raft_host *h, uint64_t group);
 /* ERR_NOT_FOUND for an unknown group. */
 int raft_host_group_info(const raft_host *h, uint64_t group, raft_host_group_stats *out,
                          strata_err *err);
+
+/* ---- membership ---- */
+
+/* One server of a configuration. voter false = learner: it receives the log (entries or
+ * a snapshot install) but neither votes nor counts for commitment (C-Raft RAFT_STANDBY). */
+typedef struct {
+    uint64_t id;
+    bool voter;
+} raft_host_member;
+
+/*
+ * Proposes `m` (n servers, ids > 0 and distinct, at least one voter) as the group's new
+ * configuration, as a RAFT_CHANGE entry. Leader only. Safety rules enforced (-1 with
+ * ERR_VALIDATION otherwise): the voter sets of the current and the new configuration
+ * differ by at most one server (add a learner, promote one, remove one, demote one...).
+ * One change at a time: -1 with ERR_BUSY while an earlier change (from this call or a
+ * previous leader) is not yet committed and applied here. A leader that has not yet
+ * committed an entry of its own term first commits a barrier (Raft's rule for
+ * single-server changes), so the entry may be appended a round trip later.
+ * On 0, cb fires exactly once: ERR_NONE with the entry's index once the change is
+ * committed and applied on this node (the configuration is then committed), or
+ * ERR_UNAVAILABLE (leadership lost: the change may or may not have been committed; read
+ * raft_host_configuration on the new leader), ERR_BUSY (another change got in first) or
+ * ERR_IO, as for a submit; a failure may be reported inside this call (the barrier could
+ * not be appended). Errors on -1: ERR_UNAVAILABLE (not leader), ERR_NOT_FOUND,
+ * ERR_VALIDATION, ERR_BUSY, ERR_NOMEM. Same calling rules as raft_host_submit.
+ * The change is Raft's: it takes effect on each replica when its entry reaches that
+ * replica's log, committed or not. A learner should be promoted only once it has caught up
+ * (raft_host_member_match): a lagging voter leaves one failure less to tolerate.
+ */
+int raft_host_change(raft_host *h, uint64_t group, const raft_host_member *m, size_t n,
+                     raft_host_done_cb cb, void *data, strata_err *err);
+
+/*
+ * The group's latest configuration as this replica knows it (the last RAFT_CHANGE entry in
+ * its log, committed or not, else the snapshot's): up to `cap` servers are written to
+ * `out`, and *n is set to the total (so cap 0 asks for the size). *uncommitted: a change
+ * is pending (its entry is not yet committed and applied here). A replica that joined
+ * and has not heard from the leader yet has an empty configuration (*n = 0).
+ * ERR_NOT_FOUND for an unknown group.
+ */
+int raft_host_configuration(const raft_host *h, uint64_t group, raft_host_member *out, size_t cap,
+                            size_t *n, bool *uncommitted, strata_err *err);
+
+/*
+ * Starts a replica of `group` that is NOT in the group's initial configuration (a learner
+ * being added): if storage has nothing for the group, no bootstrap entry is written and
+ * the replica starts empty, as a follower that never campaigns, and waits for the
+ * leader's entries or snapshot (fsm.install) once a change adds it. If storage holds the
+ * group (a joined replica restarting), it starts from that, as start_group does.
+ * applied_index as for raft_host_start_group. Errors as raft_host_start_group.
+ * Use it, not start_group, to restart a replica that joined: start_group would bootstrap
+ * a fresh replica with the initial configuration if nothing had been made durable yet.
+ */
+int raft_host_join_group(raft_host *h, uint64_t group, uint64_t applied_index, strata_err *err);
+
+/*
+ * On the leader: the highest log index known to be replicated on `member` (C-Raft's
+ * progress match index; 0 until it answered). A learner has caught up when it reaches the
+ * leader's commit index (raft_host_group_info). ERR_UNAVAILABLE not leader, ERR_NOT_FOUND
+ * unknown group or member not in the configuration.
+ */
+int raft_host_member_match(const raft_host *h, uint64_t group, uint64_t member, uint64_t *match,
+                           strata_err *err);
 
 /* Encoding of C-Raft messages (proto/raft.proto), exposed for the transport and tests.
  * raft_msg_encode: *out malloc'd (free()). `entries` fills an AppendEntries body (its
