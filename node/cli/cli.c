@@ -1,10 +1,13 @@
 /* The `strata` command-line tool: argument parsing and commands (see cli.h). */
 #include "node/cli/cli.h"
 
+#include <inttypes.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "node/cli/client.h"
+#include "node/cli/cluster_status.h"
 
 #ifndef STRATA_VERSION
 #define STRATA_VERSION "unknown"
@@ -13,23 +16,32 @@
 #define DEFAULT_ENDPOINT   "http://127.0.0.1:8000"
 #define DEFAULT_TIMEOUT_MS 5000
 #define BODY_ECHO_MAX      200
+#define ENDPOINT_MAX       512
+#define PEER_TIMEOUT_MS    2000 /* per other node under --all: a dead node must not stall it */
+#define PEERS_MAX          4096 /* nodes asked under --all */
 
 typedef struct {
     const char *endpoint;
     int timeout_ms;
     const char *command;
+    const char *subcommand;
+    bool all; /* cluster status: also ask every other node for its replicas */
 } cli_args;
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: strata [--endpoint URL] [--timeout MS] COMMAND\n"
+    fprintf(f, "usage: strata [--endpoint URL|HOST:PORT] [--timeout MS] COMMAND\n"
                "\n"
                "commands:\n"
-               "  health    check that the node answers (GET /); prints ok\n"
-               "  version   print the version of this tool\n"
+               "  health                  check that the node answers (GET /); prints ok\n"
+               "  version                 print the version of this tool\n"
+               "  cluster status [--all]  nodes, partitions, leaders and replica state as the\n"
+               "                          node sees them (GET /admin/cluster); --all also asks\n"
+               "                          every other node for the state of its replicas\n"
                "\n"
                "The endpoint defaults to $STRATA_ENDPOINT, else " DEFAULT_ENDPOINT ".\n"
-               "Exit codes: 0 ok, 1 unhealthy, 2 unreachable, 64 usage error.\n");
+               "Exit codes: 0 ok, 1 unhealthy (or cluster not ready), 2 unreachable,\n"
+               "64 usage error.\n");
 }
 
 /* Matches "--name VALUE" or "--name=VALUE"; advances *i past what it used. */
@@ -54,6 +66,8 @@ static int parse_args(int argc, char **argv, cli_args *args, FILE *errout)
     args->endpoint = env && env[0] ? env : DEFAULT_ENDPOINT;
     args->timeout_ms = DEFAULT_TIMEOUT_MS;
     args->command = NULL;
+    args->subcommand = NULL;
+    args->all = false;
     for (int i = 1; i < argc; i++) {
         const char *v;
         if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
@@ -68,11 +82,15 @@ static int parse_args(int argc, char **argv, cli_args *args, FILE *errout)
                 return -1;
             }
             args->timeout_ms = (int)ms;
+        } else if (strcmp(argv[i], "--all") == 0) {
+            args->all = true;
         } else if (argv[i][0] == '-') {
             fprintf(errout, "strata: unknown option %s\n", argv[i]);
             return -1;
         } else if (args->command == NULL) {
             args->command = argv[i];
+        } else if (args->subcommand == NULL && strcmp(args->command, "cluster") == 0) {
+            args->subcommand = argv[i];
         } else {
             fprintf(errout, "strata: unexpected argument %s\n", argv[i]);
             return -1;
@@ -82,14 +100,29 @@ static int parse_args(int argc, char **argv, cli_args *args, FILE *errout)
         fprintf(errout, "strata: no command\n");
         return -1;
     }
+    if (args->all && strcmp(args->command, "cluster") != 0) {
+        fprintf(errout, "strata: --all belongs to cluster status\n");
+        return -1;
+    }
     return 0;
+}
+
+/* Accepts "http://HOST:PORT[/path]" or a bare "HOST:PORT" (as the other tools print it). */
+static int endpoint_parse(const char *endpoint, cli_endpoint *ep, strata_err *err)
+{
+    if (strstr(endpoint, "://") != NULL)
+        return cli_endpoint_parse(endpoint, ep, err);
+    char url[ENDPOINT_MAX];
+    if ((size_t)snprintf(url, sizeof url, "http://%s", endpoint) >= sizeof url)
+        return strata_err_set(err, ERR_VALIDATION, "endpoint %s: too long", endpoint);
+    return cli_endpoint_parse(url, ep, err);
 }
 
 static int cmd_health(const cli_args *args, FILE *out, FILE *errout)
 {
     cli_endpoint ep;
     strata_err err;
-    if (cli_endpoint_parse(args->endpoint, &ep, &err) != 0) {
+    if (endpoint_parse(args->endpoint, &ep, &err) != 0) {
         fprintf(errout, "strata: %s\n", err.msg);
         return CLI_EXIT_USAGE;
     }
@@ -105,6 +138,121 @@ static int cmd_health(const cli_args *args, FILE *out, FILE *errout)
         fprintf(out, "unhealthy: HTTP %d %s: %.*s\n", r.status, http_status_reason(r.status),
                 BODY_ECHO_MAX, r.body);
         code = CLI_EXIT_UNHEALTHY;
+    }
+    cli_response_free(&r);
+    return code;
+}
+
+/* The other nodes' answers for --all, gathered one after the other. */
+typedef struct {
+    cli_cluster_view *views;
+    cli_response *bodies;
+    size_t n, cap;
+    bool failed; /* out of memory */
+} peer_views;
+
+static bool peer_views_grow(peer_views *pv)
+{
+    size_t cap = pv->cap ? pv->cap * 2 : 8;
+    if (cap > PEERS_MAX)
+        return false;
+    cli_cluster_view *v = realloc(pv->views, cap * sizeof *v);
+    if (v != NULL)
+        pv->views = v;
+    cli_response *b = realloc(pv->bodies, cap * sizeof *b);
+    if (b != NULL)
+        pv->bodies = b;
+    if (v == NULL || b == NULL)
+        return false;
+    pv->cap = cap;
+    return true;
+}
+
+static void fetch_peer(void *ctx, uint64_t node_id, const char *client_addr)
+{
+    peer_views *pv = ctx;
+    if (pv->failed || (pv->n == pv->cap && !peer_views_grow(pv))) {
+        pv->failed = true;
+        return;
+    }
+    cli_cluster_view *v = &pv->views[pv->n];
+    cli_response *r = &pv->bodies[pv->n];
+    pv->n++;
+    v->node_id = node_id;
+    v->json = NULL;
+    memset(r, 0, sizeof *r);
+    cli_endpoint ep;
+    if (endpoint_parse(client_addr, &ep, NULL) != 0 ||
+        cli_http_request(&ep, "GET", "/admin/cluster", NULL, 0, NULL, 0, PEER_TIMEOUT_MS, r,
+                         NULL) != 0)
+        return; /* shown as "no answer" in its members' rows */
+    if (r->status == 200)
+        v->json = r->body;
+}
+
+static void peer_views_free(peer_views *pv)
+{
+    for (size_t i = 0; i < pv->n; i++)
+        cli_response_free(&pv->bodies[i]);
+    free(pv->views);
+    free(pv->bodies);
+}
+
+static int print_cluster(const cli_args *args, const char *body, FILE *out, FILE *errout)
+{
+    strata_err err;
+    peer_views pv = {0};
+    int rc = 0;
+    if (args->all)
+        rc = cli_cluster_each_node(body, fetch_peer, &pv, &err);
+    if (rc == 0 && pv.failed)
+        rc = strata_err_set(&err, ERR_NOMEM, "too many nodes");
+    cli_cluster_summary sum;
+    if (rc == 0)
+        rc = cli_cluster_print(body, pv.views, pv.n, out, &sum, &err);
+    peer_views_free(&pv);
+    if (rc != 0) {
+        fprintf(errout, "strata: %s: %s\n", args->endpoint, err.msg);
+        return CLI_EXIT_UNHEALTHY;
+    }
+    if (!sum.ready) {
+        fprintf(errout, "strata: node %" PRIu64 " is not ready (no cluster map or meta leader)\n",
+                sum.node_id);
+        return CLI_EXIT_UNHEALTHY;
+    }
+    return CLI_EXIT_OK;
+}
+
+static int cmd_cluster(const cli_args *args, FILE *out, FILE *errout)
+{
+    if (args->subcommand == NULL || strcmp(args->subcommand, "status") != 0) {
+        if (args->subcommand == NULL)
+            fprintf(errout, "strata: cluster needs a subcommand (status)\n");
+        else
+            fprintf(errout, "strata: cluster %s: unknown (only cluster status exists)\n",
+                    args->subcommand);
+        usage(errout);
+        return CLI_EXIT_USAGE;
+    }
+    cli_endpoint ep;
+    strata_err err;
+    if (endpoint_parse(args->endpoint, &ep, &err) != 0) {
+        fprintf(errout, "strata: %s\n", err.msg);
+        return CLI_EXIT_USAGE;
+    }
+    cli_response r;
+    if (cli_http_request(&ep, "GET", "/admin/cluster", NULL, 0, NULL, 0, args->timeout_ms, &r,
+                         &err) != 0) {
+        fprintf(errout, "unreachable: %s: %s\n", args->endpoint, err.msg);
+        return CLI_EXIT_UNREACHABLE;
+    }
+    int code;
+    if (r.status != 200) {
+        fprintf(errout, "strata: %s: HTTP %d %s: %.*s\n", args->endpoint, r.status,
+                http_status_reason(r.status), BODY_ECHO_MAX, r.body);
+        code = CLI_EXIT_UNHEALTHY;
+    } else {
+        code = print_cluster(args, r.body, out, errout);
     }
     cli_response_free(&r);
     return code;
@@ -127,6 +275,8 @@ int strata_cli_main(int argc, char **argv, FILE *out, FILE *errout)
     }
     if (strcmp(args.command, "health") == 0)
         return cmd_health(&args, out, errout);
+    if (strcmp(args.command, "cluster") == 0)
+        return cmd_cluster(&args, out, errout);
     fprintf(errout, "strata: unknown command %s\n", args.command);
     usage(errout);
     return CLI_EXIT_USAGE;

@@ -3,13 +3,19 @@
 /*
  * The `strata` command-line tool.
  *
- *   strata [--endpoint URL] [--timeout MS] COMMAND
- *     health    GET / on the node; prints "ok" when it answers 2xx
- *     version   prints the tool's version
+ *   strata [--endpoint URL|HOST:PORT] [--timeout MS] COMMAND
+ *     health                  GET / on the node; prints "ok" when it answers 2xx
+ *     version                 prints the tool's version
+ *     cluster status [--all]  GET /admin/cluster, printed as tables (cluster_status.h);
+ *                             --all also asks every other node (2 s each) for the state
+ *                             of its own replicas
  *
- * The endpoint defaults to $STRATA_ENDPOINT, else http://127.0.0.1:8000.
- * Exit codes: 0 success; 1 the node answered but is unhealthy (non-2xx);
- * 2 the node could not be reached or did not answer in time; 64 usage error.
+ * The endpoint defaults to $STRATA_ENDPOINT, else http://127.0.0.1:8000; a bare HOST:PORT
+ * means http://HOST:PORT. Exit codes: 0 success; 1 the node answered but is unhealthy
+ * (non-2xx, or for cluster status: not ready or not /admin/cluster JSON); 2 the node could
+ * not be reached or did not answer in time; 64 usage error.
+ * Membership commands (node join, drain, remove, leader rebalance) do not exist yet: they
+ * need Raft membership changes in the cluster layer first.
  */
 #include <stdio.h>
 
