@@ -26,6 +26,7 @@ typedef struct {
     const char *command;
     const char *subcommand;
     bool all; /* cluster status: also ask every other node for its replicas */
+    const char *node_id; /* node drain|remove|activate ID */
 } cli_args;
 
 static void usage(FILE *f)
@@ -38,6 +39,10 @@ static void usage(FILE *f)
                "  cluster status [--all]  nodes, partitions, leaders and replica state as the\n"
                "                          node sees them (GET /admin/cluster); --all also asks\n"
                "                          every other node for the state of its replicas\n"
+               "  node drain ID           move every replica off node ID (it keeps serving);\n"
+               "                          `cluster status` shows its replicas reach 0\n"
+               "  node remove ID          retire node ID once it holds no replica\n"
+               "  node activate ID        cancel a drain\n"
                "\n"
                "The endpoint defaults to $STRATA_ENDPOINT, else " DEFAULT_ENDPOINT ".\n"
                "Exit codes: 0 ok, 1 unhealthy (or cluster not ready), 2 unreachable,\n"
@@ -68,6 +73,7 @@ static int parse_args(int argc, char **argv, cli_args *args, FILE *errout)
     args->command = NULL;
     args->subcommand = NULL;
     args->all = false;
+    args->node_id = NULL;
     for (int i = 1; i < argc; i++) {
         const char *v;
         if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
@@ -89,8 +95,11 @@ static int parse_args(int argc, char **argv, cli_args *args, FILE *errout)
             return -1;
         } else if (args->command == NULL) {
             args->command = argv[i];
-        } else if (args->subcommand == NULL && strcmp(args->command, "cluster") == 0) {
+        } else if (args->subcommand == NULL && (strcmp(args->command, "cluster") == 0 ||
+                                                strcmp(args->command, "node") == 0)) {
             args->subcommand = argv[i];
+        } else if (args->node_id == NULL && strcmp(args->command, "node") == 0) {
+            args->node_id = argv[i];
         } else {
             fprintf(errout, "strata: unexpected argument %s\n", argv[i]);
             return -1;
@@ -258,6 +267,49 @@ static int cmd_cluster(const cli_args *args, FILE *out, FILE *errout)
     return code;
 }
 
+/* node drain|remove|activate ID: POST /admin/node-state {"node": ID, "state": ...}. */
+static int cmd_node(const cli_args *args, FILE *out, FILE *errout)
+{
+    static const char *const verbs[][2] = {
+        {"drain", "DRAINING"}, {"remove", "REMOVED"}, {"activate", "ACTIVE"}};
+    const char *state = NULL;
+    for (size_t i = 0; args->subcommand != NULL && i < sizeof verbs / sizeof verbs[0]; i++)
+        if (strcmp(args->subcommand, verbs[i][0]) == 0)
+            state = verbs[i][1];
+    char *end = NULL;
+    unsigned long long id = args->node_id ? strtoull(args->node_id, &end, 10) : 0;
+    if (state == NULL || id == 0 || *end != '\0') {
+        fprintf(errout, "strata: node needs drain|remove|activate and a node id\n");
+        usage(errout);
+        return CLI_EXIT_USAGE;
+    }
+    cli_endpoint ep;
+    strata_err err;
+    if (endpoint_parse(args->endpoint, &ep, &err) != 0) {
+        fprintf(errout, "strata: %s\n", err.msg);
+        return CLI_EXIT_USAGE;
+    }
+    char body[128];
+    int n = snprintf(body, sizeof body, "{\"node\":%llu,\"state\":\"%s\"}", id, state);
+    http_header h = {.name = "Content-Type", .value = "application/x-amz-json-1.0"};
+    cli_response r;
+    if (cli_http_request(&ep, "POST", "/admin/node-state", &h, 1, body, (size_t)n,
+                         args->timeout_ms, &r, &err) != 0) {
+        fprintf(errout, "unreachable: %s: %s\n", args->endpoint, err.msg);
+        return CLI_EXIT_UNREACHABLE;
+    }
+    int code = CLI_EXIT_OK;
+    if (r.status != 200) {
+        fprintf(errout, "strata: node %s %llu: HTTP %d: %.*s\n", args->subcommand, id, r.status,
+                BODY_ECHO_MAX, r.body);
+        code = CLI_EXIT_UNHEALTHY;
+    } else {
+        fprintf(out, "node %llu: %s\n", id, state);
+    }
+    cli_response_free(&r);
+    return code;
+}
+
 int strata_cli_main(int argc, char **argv, FILE *out, FILE *errout)
 {
     cli_args args;
@@ -277,6 +329,8 @@ int strata_cli_main(int argc, char **argv, FILE *out, FILE *errout)
         return cmd_health(&args, out, errout);
     if (strcmp(args.command, "cluster") == 0)
         return cmd_cluster(&args, out, errout);
+    if (strcmp(args.command, "node") == 0)
+        return cmd_node(&args, out, errout);
     fprintf(errout, "strata: unknown command %s\n", args.command);
     usage(errout);
     return CLI_EXIT_USAGE;

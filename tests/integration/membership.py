@@ -1,0 +1,223 @@
+#!/usr/bin/python3
+"""Replica moves on real stratad processes: a node joins, a node drains under load.
+
+Usage: membership.py STRATAD STRATA
+ 1. Three nodes (az1..az3) form a cluster; a table of 8 partitions gets 1,000 items.
+ 2. A fourth node (az1, its own host label) joins: the scheduler moves replicas to it until
+    replica counts are even (the two az1 nodes end with 4 each).
+ 3. `strata node drain 1` while writers run through every node: node 1 ends with no
+    replica, clients see no error (boto3 with its standard retries), every acknowledged
+    write reads back strongly, every partition has a leader.
+ 4. `strata node remove 1`: node 1 is REMOVED; every partition's replicas agree (digests).
+Every wait polls a condition with a deadline.
+"""
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+import boto3
+import botocore.config
+
+TABLE = "moves"
+DEADLINE_S = 120
+
+
+def log(*a):
+    print(*a, flush=True)
+
+
+def free_ports(n):
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def poll(cond, what, deadline_s=DEADLINE_S, interval=0.2):
+    end = time.time() + deadline_s
+    while time.time() < end:
+        v = cond()
+        if v:
+            return v
+        time.sleep(interval)
+    raise AssertionError("timed out waiting for: " + what)
+
+
+class Node:
+    def __init__(self, work, nid, az, cport, pport, seed_pport):
+        self.id, self.az, self.cport, self.pport = nid, az, cport, pport
+        self.url = "http://127.0.0.1:%d" % cport
+        self.dir = os.path.join(work, "n%d" % nid)
+        os.makedirs(self.dir)
+        self.log = os.path.join(self.dir, "log")
+        self.seed = seed_pport
+        self.proc = None
+
+    def start(self, stratad):
+        cmd = [stratad, "--node-id", str(self.id), "--az", self.az, "--host-label",
+               "h%d" % self.id, "--listen", "127.0.0.1:%d" % self.cport, "--peer-listen",
+               "127.0.0.1:%d" % self.pport, "--data-dir", os.path.join(self.dir, "data"),
+               "--initial-partitions", "8"]
+        cmd += ["--bootstrap"] if self.id == 1 else ["--join", "127.0.0.1:%d" % self.seed]
+        with open(self.log, "a") as f:
+            self.proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL)
+
+    def admin(self, path="/admin/cluster"):
+        try:
+            with urllib.request.urlopen(self.url + path, timeout=5) as r:
+                return json.load(r)
+        except (OSError, ValueError):
+            return None
+
+
+def client(url):
+    return boto3.client("dynamodb", endpoint_url=url, region_name="us-east-1",
+                        aws_access_key_id="x", aws_secret_access_key="x",
+                        config=botocore.config.Config(retries={"max_attempts": 10,
+                                                               "mode": "standard"}))
+
+
+def replicas(node, nid):
+    a = node.admin()
+    for n in (a or {}).get("nodes", []):
+        if n["id"] == nid:
+            return n["replicas"], n["state"]
+    return None, None
+
+
+def strata(cli, node, *args):
+    r = subprocess.run([cli, "--endpoint", node.url] + list(args), capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, "strata %s: %s %s" % (" ".join(args), r.stdout, r.stderr)
+    return r.stdout
+
+
+def digests_agree(nodes):
+    seen = {}
+    for n in nodes:
+        d = n.admin("/admin/digests")
+        if d is None:
+            return False
+        for rep in d["replicas"]:
+            if not rep["complete"]:
+                return False
+            seen.setdefault(rep["partition"], set()).add((rep["applied_index"], rep["digest"]))
+    return bool(seen) and all(len(v) == 1 for v in seen.values())
+
+
+def all_led(node):
+    a = node.admin()
+    parts = [p for p in (a or {}).get("partitions", []) if p["table"] == TABLE]
+    return len(parts) == 8 and all(p["leader"] for p in parts)
+
+
+def main():
+    stratad, cli = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+    work = tempfile.mkdtemp(prefix="strata-moves-")
+    ports = free_ports(8)
+    nodes = [Node(work, i + 1, "az%d" % (i % 3 + 1), ports[2 * i], ports[2 * i + 1], ports[1])
+             for i in range(4)]
+    ok = False
+    try:
+        for n in nodes[:3]:
+            n.start(stratad)
+        poll(lambda: all((n.admin() or {}).get("ready") for n in nodes[:3]), "3 nodes ready")
+        c = client(nodes[0].url)
+        c.create_table(TableName=TABLE, BillingMode="PAY_PER_REQUEST",
+                       AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+                       KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}])
+        poll(lambda: all_led(nodes[0]), "every partition has a leader")
+        acked = {}
+        for b in range(0, 1000, 25):
+            c.batch_write_item(RequestItems={TABLE: [
+                {"PutRequest": {"Item": {"pk": {"S": "p%04d" % i}, "v": {"S": "v%d" % i}}}}
+                for i in range(b, b + 25)]})
+        acked.update({"p%04d" % i: "v%d" % i for i in range(1000)})
+
+        t0 = time.time()
+        nodes[3].start(stratad)
+        poll(lambda: replicas(nodes[1], 4)[0] == 4 and replicas(nodes[1], 1)[0] == 4,
+             "replicas spread evenly after node 4 joined (4 each on the az1 nodes)")
+        log("join: node 4 received 4 replicas in %.1f s; node 1 kept 4; az2/az3 nodes 8 each"
+            % (time.time() - t0))
+
+        stop, errors, lock = [False], [], threading.Lock()
+        clients = [client(n.url) for n in nodes]
+
+        def writer(w):
+            i = 0
+            while not stop[0]:
+                k, v = "w%d-%d" % (w, i), str(i)
+                i += 1
+                try:
+                    clients[w % 4].put_item(TableName=TABLE, Item={"pk": {"S": k}, "v": {"S": v}})
+                    with lock:
+                        acked[k] = v
+                except Exception as e:  # every error counts: a drain must show none
+                    with lock:
+                        errors.append(repr(e)[:300])
+        ts = [threading.Thread(target=writer, args=(w,)) for w in range(4)]
+        for t in ts:
+            t.start()
+        poll(lambda: len(acked) > 1050, "writes flowing before the drain")
+        t0 = time.time()
+        log(strata(cli, nodes[1], "node", "drain", "1").strip())
+        poll(lambda: replicas(nodes[1], 1)[0] == 0, "node 1 drained")
+        drain_s = time.time() - t0
+        poll(lambda: all_led(nodes[1]), "every partition has a leader after the drain")
+        time.sleep(1)  # writes keep flowing a moment after the last move
+        stop[0] = True
+        for t in ts:
+            t.join()
+        assert not errors, "client errors during the drain: %s" % errors[:5]
+        r = client(nodes[2].url)
+        lost = [k for k, v in acked.items()
+                if r.get_item(TableName=TABLE, Key={"pk": {"S": k}},
+                              ConsistentRead=True).get("Item", {}).get("v", {}).get("S") != v]
+        assert not lost, "%d acknowledged writes lost, e.g. %s" % (len(lost), lost[:5])
+        log("drain: node 1 emptied in %.1f s under load; %d writes acknowledged, 0 errors, "
+            "0 lost" % (drain_s, len(acked)))
+
+        log(strata(cli, nodes[1], "node", "remove", "1").strip())
+        poll(lambda: replicas(nodes[1], 1)[1] == "REMOVED", "node 1 REMOVED")
+        poll(lambda: digests_agree(nodes[1:]), "replicas of every partition agree")
+        status = strata(cli, nodes[1], "cluster", "status")
+        log(status)
+        ok = True
+        log("membership: ok")
+    finally:
+        for n in nodes:
+            if n.proc and n.proc.poll() is None:
+                n.proc.send_signal(signal.SIGTERM)
+        for n in nodes:
+            if n.proc:
+                try:
+                    rc = n.proc.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    n.proc.kill()
+                    rc = "hung"
+                if rc not in (0, None) and ok:
+                    log("node %d exited with %s on SIGTERM" % (n.id, rc))
+                    ok = False
+        if not ok:
+            for n in nodes:
+                with open(n.log) as f:
+                    sys.stderr.write("---- node %d ----\n%s" % (n.id, f.read()[-3000:]))
+        shutil.rmtree(work, ignore_errors=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
