@@ -34,6 +34,13 @@
  *            group is applied meanwhile and that it restarts at the refused index.
  *   clients: writes `key := unique write id` and strong reads, sent to the node they
  *            believe leads (hint), or a random node.
+ *   moves:   (--moves) one spare node more, and replica moves one at a time until 4 s, as
+ *            stratad does them: join_group on a node without a replica, add it as a learner,
+ *            wait until the leader's member_match reaches its commit index (entries, or an
+ *            install), promote it, remove a random current replica (the leader, sometimes),
+ *            and 50-350 ms later stop and drop the removed replica (log, engine state). Each
+ *            step is read off the leader's configuration, so moves survive crashes, cuts and
+ *            leader changes; a restarted joined replica comes back with join_group.
  *
  * Checks (any failure prints the seed and the last events):
  *   1. at most one leader per term per group (sampled after every event);
@@ -45,7 +52,11 @@
  *      same sequence (same length and digest);
  *   5. strong reads are linearizable per key: a read returns a write whose log index is >=
  *      that of every write acknowledged before the read began and >= that of every read of
- *      the key completed before it began, and that write is in the final log at that index.
+ *      the key completed before it began, and that write is in the final log at that index;
+ *   6. (--moves) a replica whose committed configuration leaves it out or makes it a learner
+ *      is never candidate or leader; every move completes; at the end each group's
+ *      configuration is committed, has the initial number of voters and no learner, and is
+ *      exactly the set of nodes holding a replica (checks 3 and 4 run over those).
  * `--inject stale-read|lying-disk|bad-copy` plants a bug (reads without a barrier, an
  * fsync that lies, an engine snapshot missing its last write) that the checks must catch.
  */
@@ -59,7 +70,7 @@
 
 #include "cluster/raft/raft_host.h"
 
-#define MAX_NODES     5
+#define MAX_NODES     6 /* 5 voters + 1 spare with --moves */
 #define MAX_GROUPS    3
 #define NKEYS         4
 #define FAULT_END_MS  3000
@@ -69,12 +80,14 @@
 #define COPY_CHUNK    16 /* indexes per snapshot chunk */
 #define COPY_RETRY_MS 40
 #define COPY_ATTEMPTS 5
-#define COMPACT_GAP   12 /* compact once the durable index is this far past the last point */
+#define COMPACT_GAP   12   /* compact once the durable index is this far past the last point */
+#define MOVE_END_MS   4000 /* --moves: no move starts after this (running ones finish) */
 
 /* Deliberate bugs for `--inject`: each must make the checks fail on some seed. */
 enum { INJECT_NONE, INJECT_STALE_READ, INJECT_LYING_DISK, INJECT_BAD_COPY };
 static int g_inject;
 static bool g_wild_net;
+static bool g_moves;
 
 /* ---- PRNG: splitmix64 seeding xoshiro256** ---- */
 
@@ -132,7 +145,8 @@ enum {
     EV_FLUSH,
     EV_COPY_REQ,
     EV_COPY_CHUNK,
-    EV_COPY_TIMEOUT
+    EV_COPY_TIMEOUT,
+    EV_MOVE
 };
 
 typedef struct {
@@ -189,6 +203,7 @@ typedef struct dop {
     uint64_t first;
     dentry *ents;
     size_t n;
+    bool dropped;            /* its group's replica was dropped: completes, writes nothing */
     raft_host_snapshot snap; /* OP_SNAPSHOT; meta is a copy owned here */
     raft_storage_cb cb;
     void *cb_data;
@@ -221,7 +236,23 @@ typedef struct {
     fsm_group fsm[MAX_GROUPS];   /* the engine's live state */
     fsm_group dur[MAX_GROUPS];   /* what the engine has made durable: a crash returns to it */
     bool installing[MAX_GROUPS]; /* an out-of-band copy is under way */
+    bool hosted[MAX_GROUPS];     /* the node has a replica of the group (--moves changes it) */
+    bool joined[MAX_GROUPS];     /* that replica was added by a move: restart with join_group */
 } node;
+
+/* --moves: one replica move at a time. Each step is read off the leader's configuration,
+ * so it survives leader changes, crashes and lost callbacks: add `to` as a learner, wait
+ * until it caught up (raft_host_member_match), promote it, remove `from`, then (a little
+ * later, so the removed replica lingers) stop and drop the replica on `from`. */
+enum { MV_IDLE, MV_ADD, MV_CATCH_UP, MV_PROMOTE, MV_REMOVE, MV_DROP };
+
+typedef struct {
+    int phase;
+    int group, from, to;
+    uint64_t drop_at;
+    bool inflight; /* a raft_host_change callback is outstanding */
+    uint64_t inflight_since;
+} mover;
 
 /* An out-of-band snapshot copy (fsm.install): the destination pulls the source's engine
  * snapshot, frozen at the first request, in chunks of COPY_CHUNK indexes; each request
@@ -289,9 +320,12 @@ typedef struct sim {
     size_t ntrace;
     bool verbose;
     int inject; /* deliberate bug, to show the checks can fail (INJECT_*) */
+    bool moves;
+    int nvoters; /* voters per group (the initial members are nodes 1..nvoters) */
+    mover mv;
     /* stats */
     uint64_t events, msgs, acked, reads_ok, crashes, busy, snap_points, compactions, installs,
-        install_failures, chunks;
+        install_failures, chunks, moves_done, changes, self_removals;
 } sim;
 
 static void fail(sim *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -408,7 +442,8 @@ static void disk_apply_snapshot(dgroup *d, dop *op)
         drop = d->n;
     for (size_t i = 0; i < drop; i++)
         free(d->log[i].data);
-    memmove(d->log, d->log + drop, (d->n - drop) * sizeof *d->log);
+    if (d->n > drop) /* (a joined replica's first write may be an installed point: no log) */
+        memmove(d->log, d->log + drop, (d->n - drop) * sizeof *d->log);
     d->n -= drop;
     d->start += drop;
     if (sp->replace_log || (d->n == 0 && d->start <= sp->index))
@@ -568,7 +603,8 @@ static void disk_complete(node *nd)
     nd->pending_head = op->next;
     if (nd->pending_head == NULL)
         nd->pending_tail = NULL;
-    disk_apply(&nd->disk[op->group], op);
+    if (!op->dropped)
+        disk_apply(&nd->disk[op->group], op);
     raft_storage_cb cb = op->cb;
     void *data = op->cb_data;
     dop_free(op);
@@ -940,12 +976,20 @@ static void node_start(sim *s, node *nd)
     }
     nd->up = true;
     uint64_t members[MAX_NODES];
-    for (int i = 0; i < s->nnodes; i++)
+    for (int i = 0; i < s->nvoters; i++)
         members[i] = (uint64_t)i + 1;
-    for (int g = 0; g < s->ngroups; g++)
-        if (raft_host_start_group(nd->host, (uint64_t)g, members, (size_t)s->nnodes,
-                                  nd->fsm[g].applied, &err) != 0)
+    for (int g = 0; g < s->ngroups; g++) {
+        int rc = 0;
+        if (!nd->hosted[g])
+            continue;
+        if (nd->joined[g])
+            rc = raft_host_join_group(nd->host, (uint64_t)g, nd->fsm[g].applied, &err);
+        else
+            rc = raft_host_start_group(nd->host, (uint64_t)g, members, (size_t)s->nvoters,
+                                       nd->fsm[g].applied, &err);
+        if (rc != 0)
             fail(s, "node %d group %d: start: %s", nd->id, g, err.msg);
+    }
 }
 
 /* A crash loses what the engine had not made durable. */
@@ -1079,7 +1123,7 @@ static void fault(sim *s)
     int n = 1 + (int)rnd(&s->rng, (uint64_t)s->nnodes);
     node *nd = &s->nodes[n];
     if (what < 3) {
-        if (nd->up && count_down(s) < (s->nnodes - 1) / 2 + 1) {
+        if (nd->up && count_down(s) < (s->nvoters - 1) / 2 + 1) {
             s->crashes++;
             node_crash(s, nd);
         } else if (!nd->up) {
@@ -1099,6 +1143,183 @@ static void fault(sim *s)
     }
 }
 
+/* ---- replica moves (--moves) ---- */
+
+/* The up node leading `g` in the highest term, 0 if none. */
+static int group_leader(sim *s, int g)
+{
+    int best = 0;
+    uint64_t term = 0;
+    for (int i = 1; i <= s->nnodes; i++) {
+        node *nd = &s->nodes[i];
+        raft_host_group_stats st;
+        if (!nd->up || raft_host_group_info(nd->host, (uint64_t)g, &st, NULL) != 0)
+            continue;
+        if (st.state == 3 && !st.failed && st.term > term) {
+            term = st.term;
+            best = i;
+        }
+    }
+    return best;
+}
+
+static int member_role(const raft_host_member *m, size_t n, uint64_t id) /* -1 absent, 0, 1 */
+{
+    for (size_t i = 0; i < n; i++)
+        if (m[i].id == id)
+            return m[i].voter ? 1 : 0;
+    return -1;
+}
+
+/* The replica on nd is gone for good (like stratad after a move: raft_host_stop_group,
+ * wal_drop_group, the partition's data dropped). */
+static void drop_replica(sim *s, node *nd, int g)
+{
+    strata_err err;
+    if (nd->up && raft_host_stop_group(nd->host, (uint64_t)g, &err) != 0)
+        fail(s, "node %d group %d: stop: %s", nd->id, g, err.msg);
+    for (dop *op = nd->pending_head; op != NULL; op = op->next)
+        if (op->group == (uint64_t)g)
+            op->dropped = true;
+    dgroup *d = &nd->disk[g];
+    for (size_t k = 0; k < d->n; k++)
+        free(d->log[k].data);
+    free(d->log);
+    free(d->meta);
+    memset(d, 0, sizeof *d);
+    fsm_free(&nd->fsm[g]);
+    fsm_free(&nd->dur[g]);
+    nd->installing[g] = false;
+    for (size_t k = 0; k < s->nsess; k++)
+        if (s->sess[k].dest == nd->id && s->sess[k].group == g)
+            s->sess[k].active = false;
+    nd->hosted[g] = false;
+    nd->joined[g] = false;
+}
+
+static void move_done_cb(void *data, const raft_host_outcome *o)
+{
+    sim *s = data;
+    (void)o;
+    s->mv.inflight = false;
+}
+
+/* Proposes `m` on the leader unless a change is outstanding. */
+static void move_propose(sim *s, int leader, const raft_host_member *m, size_t n)
+{
+    mover *mv = &s->mv;
+    if (mv->inflight && s->now < mv->inflight_since + 1000)
+        return;
+    strata_err err;
+    mv->inflight = true;
+    mv->inflight_since = s->now;
+    s->changes++;
+    if (raft_host_change(s->nodes[leader].host, (uint64_t)mv->group, m, n, move_done_cb, s, &err) !=
+        0) {
+        mv->inflight = false;
+        if (err.code != ERR_UNAVAILABLE && err.code != ERR_BUSY)
+            fail(s, "group %d: change refused: %s", mv->group, err.msg);
+    }
+}
+
+static void move_start(sim *s)
+{
+    mover *mv = &s->mv;
+    int g = (int)rnd(&s->rng, (uint64_t)s->ngroups);
+    int spare[MAX_NODES], nspare = 0, held[MAX_NODES], nheld = 0;
+    for (int i = 1; i <= s->nnodes; i++) {
+        if (s->nodes[i].hosted[g])
+            held[nheld++] = i;
+        else
+            spare[nspare++] = i;
+    }
+    if (nspare == 0 || nheld == 0)
+        return;
+    *mv = (mover){.phase = MV_ADD,
+                  .group = g,
+                  .from = held[rnd(&s->rng, (uint64_t)nheld)],
+                  .to = spare[rnd(&s->rng, (uint64_t)nspare)]};
+    node *to = &s->nodes[mv->to];
+    to->hosted[g] = true;
+    to->joined[g] = true;
+    strata_err err;
+    if (to->up && raft_host_join_group(to->host, (uint64_t)g, to->fsm[g].applied, &err) != 0)
+        fail(s, "node %d group %d: join: %s", mv->to, g, err.msg);
+}
+
+/* One step of the current move, decided from the leader's latest configuration. */
+static void move_step(sim *s)
+{
+    mover *mv = &s->mv;
+    if (mv->phase == MV_IDLE) {
+        if (s->now < MOVE_END_MS && chance(&s->rng, 300))
+            move_start(s);
+        return;
+    }
+    if (mv->phase == MV_DROP) {
+        if (s->now >= mv->drop_at) {
+            drop_replica(s, &s->nodes[mv->from], mv->group);
+            mv->phase = MV_IDLE;
+            s->moves_done++;
+        }
+        return;
+    }
+    int l = group_leader(s, mv->group);
+    if (l == 0)
+        return;
+    raft_host *h = s->nodes[l].host;
+    raft_host_member m[MAX_NODES + 1];
+    size_t n = 0;
+    bool unc = false;
+    if (raft_host_configuration(h, (uint64_t)mv->group, m, MAX_NODES, &n, &unc, NULL) != 0 ||
+        n > MAX_NODES || unc)
+        return;
+    uint64_t to = (uint64_t)mv->to, from = (uint64_t)mv->from;
+    int to_role = member_role(m, n, to), from_role = member_role(m, n, from);
+    if (mv->phase == MV_ADD) {
+        if (to_role >= 0) {
+            mv->phase = MV_CATCH_UP;
+        } else {
+            m[n++] = (raft_host_member){to, false};
+            move_propose(s, l, m, n);
+        }
+    }
+    if (mv->phase == MV_CATCH_UP) {
+        raft_host_group_stats st;
+        uint64_t match = 0;
+        if (raft_host_group_info(h, (uint64_t)mv->group, &st, NULL) == 0 &&
+            raft_host_member_match(h, (uint64_t)mv->group, to, &match, NULL) == 0 &&
+            match >= st.commit_index)
+            mv->phase = MV_PROMOTE;
+        else
+            return;
+    }
+    if (mv->phase == MV_PROMOTE) {
+        if (to_role == 1) {
+            mv->phase = MV_REMOVE;
+        } else {
+            for (size_t i = 0; i < n; i++)
+                if (m[i].id == to)
+                    m[i].voter = true;
+            move_propose(s, l, m, n);
+            return;
+        }
+    }
+    if (mv->phase == MV_REMOVE) {
+        if (from_role < 0) {
+            mv->phase = MV_DROP;
+            mv->drop_at = s->now + 50 + rnd(&s->rng, 300);
+            return;
+        }
+        size_t k = 0;
+        for (size_t i = 0; i < n; i++)
+            if (m[i].id != from)
+                m[k++] = m[i];
+        s->self_removals += l == mv->from && !mv->inflight;
+        move_propose(s, l, m, k);
+    }
+}
+
 /* ---- checks ---- */
 
 static void check_leaders(sim *s)
@@ -1113,6 +1334,16 @@ static void check_leaders(sim *s)
                 continue;
             if (st.failed)
                 fail(s, "node %d group %d stopped", i, g);
+            /* A replica whose committed configuration makes it a learner, or leaves it
+             * out, never campaigns. */
+            raft_host_member m[MAX_NODES];
+            size_t n = 0;
+            bool unc = true;
+            if (st.state != 1 &&
+                raft_host_configuration(nd->host, (uint64_t)g, m, MAX_NODES, &n, &unc, NULL) == 0 &&
+                !unc && n <= MAX_NODES && member_role(m, n, (uint64_t)i) != 1)
+                fail(s, "node %d group %d: state %d but not a voter in its configuration", i, g,
+                     st.state);
             if (st.state != 3)
                 continue;
             grow_u64(&s->term_leader[g], &s->term_cap[g], st.term);
@@ -1133,17 +1364,39 @@ static uint64_t digest(const fsm_group *f)
 
 static void final_checks(sim *s)
 {
+    if (s->mv.phase != MV_IDLE)
+        fail(s, "move of group %d from node %d to node %d stuck in phase %d", s->mv.group,
+             s->mv.from, s->mv.to, s->mv.phase);
     for (int g = 0; g < s->ngroups && !s->failed; g++) {
-        const fsm_group *ref = &s->nodes[1].fsm[g];
+        int r = 1;
+        while (r < s->nnodes && !s->nodes[r].hosted[g])
+            r++;
+        const fsm_group *ref = &s->nodes[r].fsm[g];
+        /* The replicas are exactly the final configuration: nvoters voters, no learner. */
+        raft_host_member m[MAX_NODES];
+        size_t n = 0;
+        bool unc = true;
+        if (s->nodes[r].up && (raft_host_configuration(s->nodes[r].host, (uint64_t)g, m, MAX_NODES,
+                                                       &n, &unc, NULL) != 0 ||
+                               unc || n != (size_t)s->nvoters))
+            fail(s, "group %d: final configuration on node %d has %zu servers%s", g, r, n,
+                 unc ? " (uncommitted)" : "");
+        for (size_t k = 0; k < n && !s->failed; k++)
+            if (!m[k].voter || m[k].id < 1 || m[k].id > (uint64_t)s->nnodes ||
+                !s->nodes[m[k].id].hosted[g])
+                fail(s, "group %d: final member %" PRIu64 " is a learner or holds no replica", g,
+                     m[k].id);
         for (int i = 1; i <= s->nnodes; i++) {
             const fsm_group *f = &s->nodes[i].fsm[g];
             if (!s->nodes[i].up)
                 fail(s, "node %d is down at the end", i);
+            else if (!s->nodes[i].hosted[g])
+                continue;
             else if (f->applied != ref->applied || digest(f) != digest(ref))
                 fail(s,
-                     "group %d did not converge: node 1 applied %" PRIu64 " (digest %016" PRIx64
+                     "group %d did not converge: node %d applied %" PRIu64 " (digest %016" PRIx64
                      "), node %d applied %" PRIu64 " (digest %016" PRIx64 ")",
-                     g, ref->applied, digest(ref), i, f->applied, digest(f));
+                     g, r, ref->applied, digest(ref), i, f->applied, digest(f));
         }
     }
     for (size_t k = 0; k < s->nops && !s->failed; k++) {
@@ -1153,6 +1406,8 @@ static void final_checks(sim *s)
         for (int i = 1; i <= s->nnodes && !s->failed; i++) {
             const fsm_group *f = &s->nodes[i].fsm[p->group];
             uint64_t idx = p->idx;
+            if (!s->nodes[i].hosted[p->group])
+                continue;
             uint64_t want = p->is_read ? p->read_wid : p->wid;
             if (p->is_read && idx == 0)
                 continue; /* read of a never-written key */
@@ -1168,15 +1423,33 @@ static void final_checks(sim *s)
 
 static const char *ev_name(int t)
 {
-    static const char *names[] = {"deliver", "disk",  "timer", "client",    "fault",     "heal",
-                                  "resume",  "flush", "copy",  "copy-data", "copy-retry"};
-    return t >= 0 && t <= EV_COPY_TIMEOUT ? names[t] : "?";
+    static const char *names[] = {"deliver", "disk",  "timer", "client",    "fault",      "heal",
+                                  "resume",  "flush", "copy",  "copy-data", "copy-retry", "move"};
+    return t >= 0 && t <= EV_MOVE ? names[t] : "?";
 }
 
 static void record(sim *s, const event *e)
 {
     trace_rec *r = &s->trace[s->ntrace++ % TRACE_LEN];
     *r = (trace_rec){e->time, e->type, e->node, e->from, e->group};
+}
+
+/* "1 2 3l*" : the node's latest configuration (l = learner, * = uncommitted). */
+static const char *conf_text(const node *nd, int g)
+{
+    static char buf[64];
+    raft_host_member m[MAX_NODES];
+    size_t n = 0, off = 0;
+    bool unc = false;
+    buf[0] = 0;
+    if (!nd->up || raft_host_configuration(nd->host, (uint64_t)g, m, MAX_NODES, &n, &unc, NULL))
+        return "-";
+    for (size_t i = 0; i < n && i < MAX_NODES && off < sizeof buf - 8; i++)
+        off += (size_t)snprintf(buf + off, sizeof buf - off, "%s%" PRIu64 "%s", i ? " " : "",
+                                m[i].id, m[i].voter ? "" : "l");
+    if (unc && off < sizeof buf - 2)
+        snprintf(buf + off, sizeof buf - off, "*");
+    return buf;
 }
 
 static void print_trace(const sim *s)
@@ -1196,10 +1469,12 @@ static void print_trace(const sim *s)
             fprintf(stderr,
                     "  node %d group %d: %s state=%d term=%" PRIu64 " commit=%" PRIu64
                     " applied=%" PRIu64 " last=%" PRIu64 " stored=%" PRIu64
-                    " tv=%u queued=%u appends=%u\n",
+                    " tv=%u queued=%u appends=%u host-applied=%" PRIu64 " snap=%" PRIu64
+                    " first=%" PRIu64 " conf=%s\n",
                     i, g, s->nodes[i].up ? "up" : "DOWN", st.state, st.term, st.commit_index,
                     s->nodes[i].fsm[g].applied, st.last_index, st.last_stored, st.term_vote_writes,
-                    st.queued_messages, st.appends_in_flight);
+                    st.queued_messages, st.appends_in_flight, st.applied_index, st.snapshot_index,
+                    st.first_index, conf_text(&s->nodes[i], g));
         }
 }
 
@@ -1251,6 +1526,10 @@ static void handle(sim *s, event *e)
     case EV_COPY_TIMEOUT:
         copy_timeout(s, nd, &s->sess[e->a], e->b);
         break;
+    case EV_MOVE:
+        move_step(s);
+        push(s, (event){.time = s->now + 5 + rnd(&s->rng, 20), .type = EV_MOVE});
+        break;
     case EV_RESUME:
         if (nd->up && e->gen == nd->incarnation) {
             fsm_group *f = &nd->fsm[e->group];
@@ -1272,11 +1551,15 @@ static bool run_seed(uint64_t seed, int nodes_opt, bool verbose)
     uint64_t x = seed;
     for (int i = 0; i < 4; i++)
         s->rng.s[i] = splitmix64(&x);
-    s->nnodes = nodes_opt ? nodes_opt : (seed % 4 == 3 ? 5 : 3);
+    s->moves = g_moves;
+    s->nvoters = nodes_opt ? nodes_opt : (seed % 4 == 3 ? 5 : 3);
+    s->nnodes = s->nvoters + (s->moves ? 1 : 0); /* a spare node for replicas to move to */
     s->ngroups = 1 + (int)rnd(&s->rng, MAX_GROUPS);
     for (int i = 1; i <= s->nnodes; i++) {
         s->nodes[i].sim = s;
         s->nodes[i].id = i;
+        for (int g = 0; g < MAX_GROUPS; g++)
+            s->nodes[i].hosted[g] = i <= s->nvoters;
     }
     for (int i = 1; i <= s->nnodes; i++)
         node_start(s, &s->nodes[i]);
@@ -1284,6 +1567,8 @@ static bool run_seed(uint64_t seed, int nodes_opt, bool verbose)
     push(s, (event){.time = 200 + rnd(&s->rng, 300), .type = EV_FAULT});
     push(s, (event){.time = FAULT_END_MS, .type = EV_HEAL_ALL});
     push(s, (event){.time = 20 + rnd(&s->rng, 20), .type = EV_FLUSH});
+    if (s->moves)
+        push(s, (event){.time = 300 + rnd(&s->rng, 200), .type = EV_MOVE});
 
     while (s->nheap > 0 && !s->failed) {
         event e = pop(s);
@@ -1311,13 +1596,18 @@ static bool run_seed(uint64_t seed, int nodes_opt, bool verbose)
                " messages, %" PRIu64 " writes acked, %" PRIu64 " strong reads, %" PRIu64
                " crashes, %" PRIu64 " busy applies, %" PRIu64 " compactions, %" PRIu64
                " snapshot points, %" PRIu64 " installs (%" PRIu64 " copies failed, %" PRIu64
-               " chunks); applied",
+               " chunks), %" PRIu64 " moves (%" PRIu64 " changes proposed, %" PRIu64
+               " by a leader removing itself); applied",
                seed, s->nnodes, s->ngroups, s->events, s->msgs, s->acked, s->reads_ok, s->crashes,
-               s->busy, s->compactions, s->snap_points, s->installs, s->install_failures,
-               s->chunks);
-        for (int g = 0; g < s->ngroups; g++)
-            printf(" g%d=%" PRIu64 "/%016" PRIx64, g, s->nodes[1].fsm[g].applied,
-                   digest(&s->nodes[1].fsm[g]));
+               s->busy, s->compactions, s->snap_points, s->installs, s->install_failures, s->chunks,
+               s->moves_done, s->changes, s->self_removals);
+        for (int g = 0; g < s->ngroups; g++) {
+            int r = 1;
+            while (r < s->nnodes && !s->nodes[r].hosted[g])
+                r++;
+            printf(" g%d=%" PRIu64 "/%016" PRIx64, g, s->nodes[r].fsm[g].applied,
+                   digest(&s->nodes[r].fsm[g]));
+        }
         printf("\n");
     }
 
@@ -1359,7 +1649,7 @@ static bool run_seed(uint64_t seed, int nodes_opt, bool verbose)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: sim (--seed N | --seeds A-B) [--nodes 3|5] [--inject "
+    fprintf(stderr, "usage: sim (--seed N | --seeds A-B) [--nodes 3|5] [--moves] [--inject "
                     "stale-read|lying-disk|bad-copy] [-v]\n");
     exit(2);
 }
@@ -1392,6 +1682,8 @@ int main(int argc, char **argv)
                 usage();
         } else if (strcmp(argv[i], "--wild-net") == 0) {
             g_wild_net = true;
+        } else if (strcmp(argv[i], "--moves") == 0) {
+            g_moves = true;
         } else if (strcmp(argv[i], "-v") == 0) {
             verbose = true;
         } else {

@@ -5,7 +5,9 @@
  * WAL and check it catches up to the same applied sequence. Then with compaction: the
  * state machine kept across restarts (like the engine), the leader compacts its log,
  * restarts from a WAL that starts at a snapshot point, and a follower that fell behind
- * the compacted log catches up through an out-of-band copy (fsm.install).
+ * the compacted log catches up through an out-of-band copy (fsm.install). Then a replica
+ * moves: a fourth node joins with an empty WAL, is added as a learner, installs, is
+ * promoted, an old replica is removed, and the joined one restarts from its WAL.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -24,7 +26,8 @@
 #include "cluster/raft/raft_wal.h"
 #include "storage/wal/wal.h"
 
-#define N           3
+#define N           4 /* nodes 1-3 start the group; node 4 joins it (test_join_move) */
+#define M           3
 #define GROUP       7
 #define MAX_APPLIED 64
 
@@ -49,6 +52,7 @@ typedef struct {
     uint64_t install_token; /* an out-of-band copy to complete (0: none) */
     int install_from;
     int installs;
+    bool joined; /* not an initial member: started with raft_host_join_group */
 } tnode;
 
 static uv_loop_t loop;
@@ -174,8 +178,11 @@ static void node_up(tnode *n, bool keep_state)
     }
     n->install_token = 0;
     n->up = true;
-    uint64_t members[N] = {1, 2, 3};
-    assert_int_equal(raft_host_start_group(n->host, GROUP, members, N, n->last_index, &err), 0);
+    uint64_t members[M] = {1, 2, 3};
+    if (n->joined)
+        assert_int_equal(raft_host_join_group(n->host, GROUP, n->last_index, &err), 0);
+    else
+        assert_int_equal(raft_host_start_group(n->host, GROUP, members, M, n->last_index, &err), 0);
 }
 
 static void on_closed(void *data)
@@ -290,7 +297,7 @@ static void test_elect_submit_restart_catch_up(void **state)
     assert_int_equal(uv_loop_init(&loop), 0);
     uv_timer_init(&loop, &pump);
     uv_timer_start(&pump, on_pump, 1, 1);
-    for (int i = 1; i <= N; i++) {
+    for (int i = 1; i <= M; i++) {
         nodes[i].id = i;
         snprintf(nodes[i].dir, sizeof nodes[i].dir, "/tmp/strata_raft_walXXXXXX");
         assert_non_null(mkdtemp(nodes[i].dir));
@@ -307,7 +314,7 @@ static void test_elect_submit_restart_catch_up(void **state)
     strata_err err;
     assert_int_equal(raft_host_read_barrier(nodes[l].host, GROUP, on_read, NULL, &err), 0);
     run_until(read_done_flag);
-    int f = l % N + 1;
+    int f = l % M + 1;
     assert_int_equal(raft_host_read_barrier(nodes[f].host, GROUP, on_read, NULL, &err), -1);
     assert_int_equal(err.code, ERR_UNAVAILABLE);
     assert_int_equal(raft_host_leader(nodes[f].host, GROUP), (uint64_t)l);
@@ -320,7 +327,7 @@ static void test_elect_submit_restart_catch_up(void **state)
     node_up(&nodes[f], false);
     want_applied = 15;
     run_until(all_up_applied);
-    for (int i = 1; i <= N; i++) {
+    for (int i = 1; i <= M; i++) {
         assert_int_equal(nodes[i].napplied, 15);
         for (size_t k = 0; k < 15; k++)
             assert_int_equal(nodes[i].applied[k], k + 1);
@@ -330,7 +337,7 @@ static void test_elect_submit_restart_catch_up(void **state)
     assert_false(st.failed);
     assert_true(st.last_stored >= 16); /* bootstrap entry + 15 commands (+ barriers) */
 
-    for (int i = 1; i <= N; i++) {
+    for (int i = 1; i <= M; i++) {
         node_down(&nodes[i]);
         char cmd[128];
         snprintf(cmd, sizeof cmd, "rm -rf %s", nodes[i].dir);
@@ -345,7 +352,7 @@ static void test_elect_submit_restart_catch_up(void **state)
 
 static void check_all_applied(size_t n)
 {
-    for (int i = 1; i <= N; i++) {
+    for (int i = 1; i <= M; i++) {
         assert_int_equal(nodes[i].napplied, n);
         for (size_t k = 0; k < n; k++)
             assert_int_equal(nodes[i].applied[k], k + 1);
@@ -386,7 +393,7 @@ static void test_compaction_restart_and_install(void **state)
     assert_int_equal(uv_loop_init(&loop), 0);
     uv_timer_init(&loop, &pump);
     uv_timer_start(&pump, on_pump, 1, 1);
-    for (int i = 1; i <= N; i++) {
+    for (int i = 1; i <= M; i++) {
         memset(&nodes[i], 0, sizeof nodes[i]);
         nodes[i].id = i;
         snprintf(nodes[i].dir, sizeof nodes[i].dir, "/tmp/strata_raft_walXXXXXX");
@@ -397,7 +404,7 @@ static void test_compaction_restart_and_install(void **state)
     want_applied = 10;
     run_until(all_up_applied);
     int l = leader_id();
-    int f = l % N + 1;
+    int f = l % M + 1;
 
     /* A follower stops; the others go on, then compact well past it. */
     node_down(&nodes[f]);
@@ -439,8 +446,124 @@ static void test_compaction_restart_and_install(void **state)
     run_until(all_up_applied);
     check_all_applied(45);
 
-    for (int i = 1; i <= N; i++) {
+    for (int i = 1; i <= M; i++) {
         node_down(&nodes[i]);
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", nodes[i].dir);
+        assert_int_equal(system(cmd), 0);
+    }
+    uv_timer_stop(&pump);
+    uv_close((uv_handle_t *)&pump, NULL);
+    on_pump(&pump);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&loop), 0);
+}
+
+static int change_code = -1;
+static void on_change(void *data, const raft_host_outcome *o)
+{
+    (void)data;
+    change_code = (int)o->code;
+}
+static bool change_done(void)
+{
+    return change_code >= 0;
+}
+
+/* Proposes `m` at the leader and waits for it to be committed. */
+static void change_to(const raft_host_member *m, size_t n)
+{
+    run_until(has_leader);
+    strata_err err;
+    change_code = -1;
+    assert_int_equal(raft_host_change(nodes[leader_id()].host, GROUP, m, n, on_change, NULL, &err),
+                     0);
+    run_until(change_done);
+    assert_int_equal(change_code, ERR_NONE);
+}
+
+static int mover_l, mover_to;
+static bool learner_caught_up(void)
+{
+    raft_host_group_stats st;
+    uint64_t match = 0;
+    return raft_host_group_info(nodes[mover_l].host, GROUP, &st, NULL) == 0 &&
+           raft_host_member_match(nodes[mover_l].host, GROUP, (uint64_t)mover_to, &match, NULL) ==
+               0 &&
+           match >= st.commit_index && nodes[mover_to].napplied >= want_applied;
+}
+
+static void test_join_move(void **state)
+{
+    (void)state;
+    acked = failed_acks = 0;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    uv_timer_init(&loop, &pump);
+    uv_timer_start(&pump, on_pump, 1, 1);
+    for (int i = 1; i <= N; i++) {
+        memset(&nodes[i], 0, sizeof nodes[i]);
+        nodes[i].id = i;
+        nodes[i].joined = i > M;
+        snprintf(nodes[i].dir, sizeof nodes[i].dir, "/tmp/strata_raft_walXXXXXX");
+        assert_non_null(mkdtemp(nodes[i].dir));
+        if (i <= M)
+            node_up(&nodes[i], false);
+    }
+    submit_values(1, 10);
+    want_applied = 10;
+    run_until(all_up_applied);
+    compact_all();
+    run_until(snapshot_points_durable);
+
+    /* Node 4 joins with an empty WAL and is added as a learner: the log it needs is
+     * compacted away, so it installs, then follows. */
+    node_up(&nodes[4], false);
+    raft_host_member add[] = {{1, true}, {2, true}, {3, true}, {4, false}};
+    change_to(add, 4);
+    mover_l = leader_id();
+    mover_to = 4;
+    run_until(learner_caught_up);
+    assert_int_equal(nodes[4].installs, 1);
+
+    /* Promoted; then a follower's replica is removed and its node stopped. */
+    raft_host_member all[] = {{1, true}, {2, true}, {3, true}, {4, true}};
+    change_to(all, 4);
+    int l = leader_id(), o = l % M + 1;
+    raft_host_member three[3];
+    size_t k = 0;
+    for (int i = 1; i <= N; i++)
+        if (i != o)
+            three[k++] = (raft_host_member){(uint64_t)i, true};
+    change_to(three, 3);
+    node_down(&nodes[o]);
+    submit_values(11, 15);
+    want_applied = 15;
+    run_until(all_up_applied);
+
+    /* The joined replica restarts from its WAL (join_group loads it) and follows on. */
+    node_down(&nodes[4]);
+    node_up(&nodes[4], true);
+    submit_values(16, 20);
+    want_applied = 20;
+    run_until(all_up_applied);
+    for (int i = 1; i <= N; i++) {
+        if (!nodes[i].up)
+            continue;
+        assert_int_equal(nodes[i].napplied, 20);
+        for (size_t j = 0; j < 20; j++)
+            assert_int_equal(nodes[i].applied[j], j + 1);
+    }
+    raft_host_member out[4];
+    size_t n = 0;
+    bool unc = true;
+    strata_err err;
+    assert_int_equal(raft_host_configuration(nodes[4].host, GROUP, out, 4, &n, &unc, &err), 0);
+    assert_int_equal(n, 3);
+    assert_false(unc);
+
+    for (int i = 1; i <= N; i++) {
+        if (nodes[i].up)
+            node_down(&nodes[i]);
         char cmd[128];
         snprintf(cmd, sizeof cmd, "rm -rf %s", nodes[i].dir);
         assert_int_equal(system(cmd), 0);
@@ -457,6 +580,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_elect_submit_restart_catch_up),
         cmocka_unit_test(test_compaction_restart_and_install),
+        cmocka_unit_test(test_join_move),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
