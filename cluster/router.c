@@ -781,7 +781,7 @@ static int recover(router *r, strata_err *err)
 
 /* ---- open / close ---- */
 
-static int mkdir_p(const char *path, strata_err *err)
+int router_mkdir_p(const char *path, strata_err *err)
 {
     char tmp[4096];
     size_t n = strlen(path);
@@ -800,7 +800,7 @@ static int mkdir_p(const char *path, strata_err *err)
     return 0;
 }
 
-static char *join_path(const char *dir, const char *name)
+char *router_path_join(const char *dir, const char *name)
 {
     size_t n = strlen(dir) + strlen(name) + 2;
     char *p = malloc(n);
@@ -852,12 +852,12 @@ router *router_open(const router_config *cfg, strata_err *err)
     r->cat = catalog_new();
     r->batch = lsm_batch_new();
     buf_init(&r->result, 0);
-    char *lsm_dir = join_path(cfg->data_dir, "engine");
-    char *wal_dir = join_path(cfg->data_dir, "log");
+    char *lsm_dir = router_path_join(cfg->data_dir, "engine");
+    char *wal_dir = router_path_join(cfg->data_dir, "log");
     bool ok = r->region && r->cat && r->batch && lsm_dir && wal_dir;
     if (!ok)
         strata_err_set(err, ERR_NOMEM, "out of memory");
-    if (ok && mkdir_p(cfg->data_dir, err) < 0)
+    if (ok && router_mkdir_p(cfg->data_dir, err) < 0)
         ok = false;
     if (ok) {
         lsm_options lo = {.dir = lsm_dir, .memtable_bytes = cfg->memtable_bytes};

@@ -316,31 +316,40 @@ static void lpart_remove(rcluster *c, lpart *p)
     c->n_parts--;
 }
 
-static uint64_t hint_get(const rcluster *c, uint64_t pid)
+/* What the cache knows of `pid` (all zero when the slot holds another partition). */
+static hint hint_of(const rcluster *c, uint64_t pid)
 {
     const hint *h = &c->hints[pid % HINT_SLOTS];
-    return h->pid == pid ? h->leader : 0;
+    return h->pid == pid ? *h : (hint){.pid = pid};
+}
+
+/* The slot of `pid`, taken over from whatever partition held it. */
+static hint *hint_slot(rcluster *c, uint64_t pid)
+{
+    hint *h = &c->hints[pid % HINT_SLOTS];
+    if (h->pid != pid)
+        *h = (hint){.pid = pid};
+    return h;
+}
+
+static uint64_t hint_get(const rcluster *c, uint64_t pid)
+{
+    return hint_of(c, pid).leader;
 }
 
 static void hint_set(rcluster *c, uint64_t pid, uint64_t leader)
 {
-    hint *h = &c->hints[pid % HINT_SLOTS];
-    if (h->pid != pid)
-        *h = (hint){.pid = pid};
-    h->leader = leader;
+    hint_slot(c, pid)->leader = leader;
 }
 
 static uint64_t seen_get(const rcluster *c, uint64_t pid)
 {
-    const hint *h = &c->hints[pid % HINT_SLOTS];
-    return h->pid == pid ? h->seen : 0;
+    return hint_of(c, pid).seen;
 }
 
 static void seen_note(rcluster *c, uint64_t pid, uint64_t index)
 {
-    hint *h = &c->hints[pid % HINT_SLOTS];
-    if (h->pid != pid)
-        *h = (hint){.pid = pid};
+    hint *h = hint_slot(c, pid);
     if (index > h->seen)
         h->seen = index;
 }
@@ -398,14 +407,6 @@ static int64_t retry_hint(const strata_err *err)
 
 /* ------------------------------------------------------------------ the cluster file */
 
-static char *path_join(const char *dir, const char *name)
-{
-    size_t n = strlen(dir) + strlen(name) + 2;
-    char *p = malloc(n);
-    if (p != NULL)
-        snprintf(p, n, "%s/%s", dir, name);
-    return p;
-}
 
 static void members_text(const rcluster *c, buf *out)
 {
@@ -454,8 +455,8 @@ static int cluster_file_write(rcluster *c, strata_err *err)
     members_text(c, &b);
     buf_printf(&b, "\n");
     buf_printf(&b, "xxh3 %016" PRIx64 "\n", (uint64_t)XXH3_64bits(b.data, b.len));
-    char *path = path_join(c->data_dir, CLUSTER_FILE);
-    char *tmp = path_join(c->data_dir, CLUSTER_FILE ".tmp");
+    char *path = router_path_join(c->data_dir, CLUSTER_FILE);
+    char *tmp = router_path_join(c->data_dir, CLUSTER_FILE ".tmp");
     int rc = -1;
     int fd = tmp != NULL && path != NULL && !b.failed ? open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644)
                                                       : -1;
@@ -486,7 +487,7 @@ static int cluster_file_write(rcluster *c, strata_err *err)
 /* 1 when read, 0 when there is no file, -1 when it is damaged. */
 static int cluster_file_read(rcluster *c, strata_err *err)
 {
-    char *path = path_join(c->data_dir, CLUSTER_FILE);
+    char *path = router_path_join(c->data_dir, CLUSTER_FILE);
     if (path == NULL)
         return strata_err_set(err, ERR_NOMEM, "out of memory");
     FILE *f = fopen(path, "r");
@@ -2795,31 +2796,13 @@ void rcluster_digests_json(rcluster *c, buf *out)
 
 /* ------------------------------------------------------------------ open / close */
 
-static int mkdir_p(const char *path, strata_err *err)
-{
-    char tmp[4096];
-    size_t n = strlen(path);
-    if (n == 0 || n >= sizeof tmp)
-        return strata_err_set(err, ERR_IO, "bad data directory '%s'", path);
-    memcpy(tmp, path, n + 1);
-    for (size_t i = 1; i <= n; i++) {
-        if (tmp[i] == '/' || tmp[i] == '\0') {
-            char saved = tmp[i];
-            tmp[i] = '\0';
-            if (mkdir(tmp, 0755) < 0 && errno != EEXIST)
-                return strata_err_set(err, ERR_IO, "mkdir %s: %s", tmp, strerror(errno));
-            tmp[i] = saved;
-        }
-    }
-    return 0;
-}
 
 static int open_storage(rcluster *c, strata_err *err)
 {
-    if (mkdir_p(c->data_dir, err) < 0)
+    if (router_mkdir_p(c->data_dir, err) < 0)
         return -1;
-    char *lsm_dir = path_join(c->data_dir, "engine");
-    char *wal_dir = path_join(c->data_dir, "log");
+    char *lsm_dir = router_path_join(c->data_dir, "engine");
+    char *wal_dir = router_path_join(c->data_dir, "log");
     int rc = lsm_dir && wal_dir ? 0 : strata_err_set(err, ERR_NOMEM, "out of memory");
     if (rc == 0) {
         lsm_options lo = {.dir = lsm_dir, .memtable_bytes = c->memtable_bytes};

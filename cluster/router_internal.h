@@ -10,6 +10,11 @@
 
 typedef struct rcluster rcluster;
 
+/* Shared file helpers (router.c): creates a directory and its parents; "dir/name"
+ * (malloc'd, NULL when out of memory). */
+int router_mkdir_p(const char *path, strata_err *err);
+char *router_path_join(const char *dir, const char *name);
+
 rcluster *rcluster_open(const router_config *cfg, strata_err *err);
 void rcluster_close(rcluster *c);
 const catalog *rcluster_catalog(const rcluster *c);
