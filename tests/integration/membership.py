@@ -9,6 +9,9 @@ Usage: membership.py STRATAD STRATA
     replica, clients see no error (boto3 with its standard retries), every acknowledged
     write reads back strongly, every partition has a leader.
  4. `strata node remove 1`: node 1 is REMOVED; every partition's replicas agree (digests).
+ 5. A fifth node (az1) joins and gets its share; it is killed for good: the meta leader
+    marks it DOWN after 10 s and, past STRATA_REPLACE_AFTER_MS (5 s here), re-creates its
+    replicas on the other az1 node; every write is still there.
 Every wait polls a condition with a deadline.
 """
 import json
@@ -63,6 +66,7 @@ class Node:
         self.log = os.path.join(self.dir, "log")
         self.seed = seed_pport
         self.proc = None
+        self.killed = False  # on purpose: its exit status is not checked
 
     def start(self, stratad):
         cmd = [stratad, "--node-id", str(self.id), "--az", self.az, "--host-label",
@@ -126,9 +130,11 @@ def all_led(node):
 def main():
     stratad, cli = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
     work = tempfile.mkdtemp(prefix="strata-moves-")
-    ports = free_ports(8)
-    nodes = [Node(work, i + 1, "az%d" % (i % 3 + 1), ports[2 * i], ports[2 * i + 1], ports[1])
-             for i in range(4)]
+    os.environ["STRATA_REPLACE_AFTER_MS"] = "5000"
+    ports = free_ports(10)
+    azs = ["az1", "az2", "az3", "az1", "az1"]
+    nodes = [Node(work, i + 1, azs[i], ports[2 * i], ports[2 * i + 1], ports[1])
+             for i in range(5)]
     ok = False
     try:
         for n in nodes[:3]:
@@ -192,9 +198,28 @@ def main():
 
         log(strata(cli, nodes[1], "node", "remove", "1").strip())
         poll(lambda: replicas(nodes[1], 1)[1] == "REMOVED", "node 1 REMOVED")
-        poll(lambda: digests_agree(nodes[1:]), "replicas of every partition agree")
+        poll(lambda: digests_agree(nodes[1:4]), "replicas of every partition agree")
         status = strata(cli, nodes[1], "cluster", "status")
         log(status)
+
+        nodes[4].start(stratad)
+        poll(lambda: replicas(nodes[1], 5)[0] == 4 and replicas(nodes[1], 4)[0] == 4,
+             "node 5 (az1) receives half of az1's replicas")
+        t0 = time.time()
+        nodes[4].proc.kill()
+        nodes[4].proc.wait()
+        nodes[4].killed = True
+        poll(lambda: replicas(nodes[1], 5)[1] == "DOWN", "node 5 marked DOWN", 60)
+        poll(lambda: replicas(nodes[1], 5)[0] == 0 and replicas(nodes[1], 4)[0] == 8,
+             "node 5's replicas re-created on node 4", 120)
+        poll(lambda: all_led(nodes[1]), "every partition has a leader after the replacement")
+        lost = [k for k, v in acked.items()
+                if r.get_item(TableName=TABLE, Key={"pk": {"S": k}},
+                              ConsistentRead=True).get("Item", {}).get("v", {}).get("S") != v]
+        assert not lost, "%d writes lost after the replacement" % len(lost)
+        poll(lambda: digests_agree(nodes[1:4]), "replicas agree after the replacement")
+        log("down: node 5 killed; DOWN and its replicas re-created on node 4 within %.1f s; "
+            "%d writes all there" % (time.time() - t0, len(acked)))
         ok = True
         log("membership: ok")
     finally:
@@ -208,7 +233,7 @@ def main():
                 except subprocess.TimeoutExpired:
                     n.proc.kill()
                     rc = "hung"
-                if rc not in (0, None) and ok:
+                if rc not in (0, None) and ok and not n.killed:
                     log("node %d exited with %s on SIGTERM" % (n.id, rc))
                     ok = False
         if not ok:
