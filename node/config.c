@@ -23,6 +23,7 @@ static const char *const key_names[CFG_KEY_COUNT] = {
     [CFG_JOIN] = "join",
     [CFG_BOOTSTRAP] = "bootstrap",
     [CFG_BOOTSTRAP_EXPECT] = "bootstrap_expect",
+    [CFG_REPLACE_AFTER] = "replace_after",
     [CFG_INITIAL_PARTITIONS] = "initial_partitions",
     [CFG_REGION] = "region",
     [CFG_LOG_LEVEL] = "log_level",
@@ -47,6 +48,7 @@ bool config_is_cluster_key(config_key k)
     case CFG_JOIN:
     case CFG_BOOTSTRAP:
     case CFG_BOOTSTRAP_EXPECT:
+    case CFG_REPLACE_AFTER:
         return true;
     default:
         return false;
@@ -85,7 +87,7 @@ void config_usage(FILE *f)
                "  cluster:     [--node-id N] [--az NAME] [--host-label NAME]\n"
                "               [--peer-listen HOST:PORT] [--advertise HOST:PORT]\n"
                "               [--peer-advertise HOST:PORT] [--join HOST:PORT,...] [--bootstrap]\n"
-               "               [--bootstrap-expect N]\n"
+               "               [--bootstrap-expect N] [--replace-after SECONDS]\n"
                "Every flag is also a key of the --config file (node_id = 1); flags win.\n"
                "See deploy/strata.conf.sample.\n");
 }
@@ -332,6 +334,11 @@ static int set_key(stratad_config *cfg, config_key k, const char *v, char *why, 
             return -1;
         cfg->bootstrap_expect = (int)n;
         return 0;
+    case CFG_REPLACE_AFTER:
+        if (parse_uint(v, 1, 604800, &n, why, why_cap) < 0)
+            return -1;
+        cfg->replace_after_s = (uint32_t)n;
+        return 0;
     case CFG_INITIAL_PARTITIONS:
         if (parse_uint(v, 1, 256, &n, why, why_cap) < 0)
             return -1;
@@ -364,6 +371,7 @@ void config_defaults(stratad_config *cfg)
     cfg->listen.port = 8000;
     cfg->initial_partitions = 4;
     cfg->bootstrap_expect = 3;
+    cfg->replace_after_s = 300;
     cfg->level = LOG_INFO;
     strcpy(cfg->region, "us-east-1");
 }
@@ -766,6 +774,10 @@ static void print_key(FILE *f, const stratad_config *cfg, config_key k)
         fprintf(f, "# %s = %d (default)\n", key_names[k], cfg->bootstrap_expect);
         return;
     }
+    if (k == CFG_REPLACE_AFTER && cfg->source[k] == 0) {
+        fprintf(f, "# %s = %u (default)\n", key_names[k], cfg->replace_after_s);
+        return;
+    }
     if (unset) {
         fprintf(f, "# %s = (not set)\n", key_names[k]);
         return;
@@ -809,6 +821,9 @@ static void print_key(FILE *f, const stratad_config *cfg, config_key k)
     case CFG_BOOTSTRAP_EXPECT:
         fprintf(f, "%d", cfg->bootstrap_expect);
         break;
+    case CFG_REPLACE_AFTER:
+        fprintf(f, "%u", cfg->replace_after_s);
+        break;
     case CFG_INITIAL_PARTITIONS:
         fprintf(f, "%d", cfg->initial_partitions);
         break;
@@ -833,6 +848,5 @@ void config_print(const stratad_config *cfg, FILE *f)
     for (int k = 0; k < CFG_KEY_COUNT; k++)
         print_key(f, cfg, (config_key)k);
     if (config_cluster_mode(cfg))
-        fprintf(f, "# cluster mode is not implemented yet: the cluster settings above are "
-                   "validated but unused\n");
+        fprintf(f, "# a cluster node (cluster settings are given)\n");
 }

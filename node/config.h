@@ -16,6 +16,8 @@
  *   join               peers to join, comma-separated HOST:PORT list (at most 32) (cluster)
  *   bootstrap          true for the first node of a new cluster (no join)         (cluster)
  *   bootstrap_expect   meta voters the bootstrap node waits for, 1..5 (default 3)  (cluster)
+ *   replace_after      seconds a node may stay DOWN before its replicas are re-created
+ *                      elsewhere, 1..604800 (default 300; read by the meta leader) (cluster)
  *   initial_partitions partitions of a new table, 1..256 (default 4)
  *   region             region in ARNs, [A-Za-z0-9-]{1,63} (default us-east-1)
  *   log_level          error | warn | info | debug (default info)
@@ -53,6 +55,7 @@ typedef enum {
     CFG_JOIN,
     CFG_BOOTSTRAP,
     CFG_BOOTSTRAP_EXPECT,
+    CFG_REPLACE_AFTER,
     CFG_INITIAL_PARTITIONS,
     CFG_REGION,
     CFG_LOG_LEVEL,
@@ -80,6 +83,7 @@ typedef struct {
     int join_count;
     bool bootstrap;
     int bootstrap_expect;
+    uint32_t replace_after_s;
     int initial_partitions;
     log_level level;
     char region[64];

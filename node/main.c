@@ -63,6 +63,7 @@ static void cluster_settings_fill(cluster_settings *cs, const stratad_config *cf
         .peer_addr = cs->peer,
         .bootstrap = cfg->bootstrap,
         .bootstrap_expect = cfg->bootstrap_expect,
+        .replace_after_ms = (uint64_t)cfg->replace_after_s * 1000,
         .join = cs->join,
         .n_join = (size_t)cfg->join_count,
     };
@@ -70,10 +71,7 @@ static void cluster_settings_fill(cluster_settings *cs, const stratad_config *cf
     const char *mt = getenv("STRATA_MEMTABLE_BYTES");
     if (mt != NULL)
         cs->rc.memtable_bytes = (size_t)strtoull(mt, NULL, 10);
-    /* And how long a node stays DOWN before its replicas are re-created elsewhere. */
-    const char *ra = getenv("STRATA_REPLACE_AFTER_MS");
-    if (ra != NULL)
-        cs->rc.replace_after_ms = strtoull(ra, NULL, 10);
+
 }
 
 static void on_http_stopped(void *data)

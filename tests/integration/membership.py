@@ -10,7 +10,7 @@ Usage: membership.py STRATAD STRATA
     write reads back strongly, every partition has a leader.
  4. `strata node remove 1`: node 1 is REMOVED; every partition's replicas agree (digests).
  5. A fifth node (az1) joins and gets its share; it is killed for good: the meta leader
-    marks it DOWN after 10 s and, past STRATA_REPLACE_AFTER_MS (5 s here), re-creates its
+    marks it DOWN after 10 s and, past replace_after (--replace-after 5 here), re-creates its
     replicas on the other az1 node; every write is still there.
 Every wait polls a condition with a deadline.
 """
@@ -72,7 +72,7 @@ class Node:
         cmd = [stratad, "--node-id", str(self.id), "--az", self.az, "--host-label",
                "h%d" % self.id, "--listen", "127.0.0.1:%d" % self.cport, "--peer-listen",
                "127.0.0.1:%d" % self.pport, "--data-dir", os.path.join(self.dir, "data"),
-               "--initial-partitions", "8"]
+               "--initial-partitions", "8", "--replace-after", "5"]
         cmd += ["--bootstrap"] if self.id == 1 else ["--join", "127.0.0.1:%d" % self.seed]
         with open(self.log, "a") as f:
             self.proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT,
@@ -130,7 +130,6 @@ def all_led(node):
 def main():
     stratad, cli = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
     work = tempfile.mkdtemp(prefix="strata-moves-")
-    os.environ["STRATA_REPLACE_AFTER_MS"] = "5000"
     ports = free_ports(10)
     azs = ["az1", "az2", "az3", "az1", "az1"]
     nodes = [Node(work, i + 1, azs[i], ports[2 * i], ports[2 * i + 1], ports[1])
