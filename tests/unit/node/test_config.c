@@ -513,7 +513,7 @@ static void test_print_round_trip(void **state)
     assert_non_null(strstr(text, "bootstrap = true\n"));
     assert_non_null(strstr(text, "# join = (not set)\n"));
     assert_non_null(strstr(text, "peer_advertise = 10.0.0.1:7000\n"));
-    assert_non_null(strstr(text, "cluster mode is not implemented yet"));
+    assert_non_null(strstr(text, "a cluster node (cluster settings are given)"));
     free(text);
 }
 
