@@ -534,8 +534,8 @@ static int apply_table_schema(meta_state *s, const meta_cmd *c, strata_err *err)
     if (i == SIZE_MAX)
         return strata_err_set(err, ERR_NOT_FOUND, "table %u does not exist", c->table_id);
     if (c->schema_len > META_SCHEMA_MAX)
-        return strata_err_set(err, ERR_VALIDATION, "schema of %zu bytes is over %u",
-                              c->schema_len, META_SCHEMA_MAX);
+        return strata_err_set(err, ERR_VALIDATION, "schema of %zu bytes is over %u", c->schema_len,
+                              META_SCHEMA_MAX);
     uint8_t *schema = malloc(c->schema_len ? c->schema_len : 1);
     if (schema == NULL)
         return strata_err_set(err, ERR_NOMEM, "out of memory");

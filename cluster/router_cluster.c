@@ -69,25 +69,25 @@ enum {
     MSG_GROUP_STATUS = 8,
 };
 
-#define META_GROUP          0
-#define MAX_META_VOTERS     5
-#define OP_DEADLINE_MS      8000 /* a request's whole budget, retries included */
-#define ATTEMPT_DEADLINE_MS 3000 /* one rpc attempt */
-#define TICK_MS             100
-#define META_FETCH_MS       500
-#define JOIN_CALL_MS        1000
-#define BACKOFF_MIN_MS      5
-#define BACKOFF_MAX_MS      200
-#define HINT_SLOTS          4096 /* leader-hint cache (a cache: collisions overwrite) */
-#define RETRY_PREFIX        "retry:"
-#define CLUSTER_FILE        "cluster"
-#define READ_ARENA_LIMIT    (64u << 20)
-#define SNAP_CHUNK_BYTES    (1u << 20)
+#define META_GROUP           0
+#define MAX_META_VOTERS      5
+#define OP_DEADLINE_MS       8000 /* a request's whole budget, retries included */
+#define ATTEMPT_DEADLINE_MS  3000 /* one rpc attempt */
+#define TICK_MS              100
+#define META_FETCH_MS        500
+#define JOIN_CALL_MS         1000
+#define BACKOFF_MIN_MS       5
+#define BACKOFF_MAX_MS       200
+#define HINT_SLOTS           4096 /* leader-hint cache (a cache: collisions overwrite) */
+#define RETRY_PREFIX         "retry:"
+#define CLUSTER_FILE         "cluster"
+#define READ_ARENA_LIMIT     (64u << 20)
+#define SNAP_CHUNK_BYTES     (1u << 20)
 #define SNAP_SESSION_IDLE_MS 60000
-#define COMPACT_EVERY_MS    1000
-#define COMPACT_MIN_ENTRIES 1024 /* compact once the engine holds this many more entries */
-#define DOWN_AFTER_MS       10000 /* unreachable from the meta leader this long: DOWN */
-#define REPLACE_AFTER_MS    300000
+#define COMPACT_EVERY_MS     1000
+#define COMPACT_MIN_ENTRIES  1024  /* compact once the engine holds this many more entries */
+#define DOWN_AFTER_MS        10000 /* unreachable from the meta leader this long: DOWN */
+#define REPLACE_AFTER_MS     300000
 
 typedef struct lpart {
     uint64_t id;
@@ -165,7 +165,6 @@ typedef struct {
     bool connected;
     uint64_t down_since; /* meta leader: when it last saw the node unreachable, 0 if reachable */
 } peer_state;
-
 
 /* One address given with `join`, dialled as a seed peer (RPC_SEED_ID_MIN + index). */
 typedef struct {
@@ -407,7 +406,6 @@ static int64_t retry_hint(const strata_err *err)
 
 /* ------------------------------------------------------------------ the cluster file */
 
-
 static void members_text(const rcluster *c, buf *out)
 {
     for (size_t i = 0; i < c->n_members; i++)
@@ -458,8 +456,9 @@ static int cluster_file_write(rcluster *c, strata_err *err)
     char *path = router_path_join(c->data_dir, CLUSTER_FILE);
     char *tmp = router_path_join(c->data_dir, CLUSTER_FILE ".tmp");
     int rc = -1;
-    int fd = tmp != NULL && path != NULL && !b.failed ? open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644)
-                                                      : -1;
+    int fd = tmp != NULL && path != NULL && !b.failed
+                 ? open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644)
+                 : -1;
     if (fd >= 0) {
         ssize_t w = write(fd, b.data, b.len);
         if (w == (ssize_t)b.len && fsync(fd) == 0 && close(fd) == 0) {
@@ -887,9 +886,9 @@ static void read_attempt(op *o)
         op_fail(o, &err);
         return;
     }
-    if (c->scratch.failed || rpc_call(c->rpc, target, MSG_PART_READ, c->scratch.data,
-                                      c->scratch.len, ATTEMPT_DEADLINE_MS, on_remote_read, o,
-                                      &err) < 0) {
+    if (c->scratch.failed ||
+        rpc_call(c->rpc, target, MSG_PART_READ, c->scratch.data, c->scratch.len,
+                 ATTEMPT_DEADLINE_MS, on_remote_read, o, &err) < 0) {
         op_retry(o, 0);
         return;
     }
@@ -1050,8 +1049,7 @@ static void finish_meta_waiters(rcluster *c)
     }
 }
 
-static int propose_meta(rcluster *c, const meta_cmd *cmd, router_cb cb, void *ctx,
-                        strata_err *err)
+static int propose_meta(rcluster *c, const meta_cmd *cmd, router_cb cb, void *ctx, strata_err *err)
 {
     buf b;
     buf_init(&b, 0);
@@ -1077,8 +1075,8 @@ static void on_engine_writable(void *arg, const strata_err *err)
     kick(arg); /* resume from the loop: this may run inside lsm_write's caller */
 }
 
-static int apply_partition(rcluster *c, uint64_t group, uint64_t index, const void *cmd,
-                           size_t len, void **result, size_t *result_len)
+static int apply_partition(rcluster *c, uint64_t group, uint64_t index, const void *cmd, size_t len,
+                           void **result, size_t *result_len)
 {
     lpart *lp = lpart_find(c, group);
     if (lp == NULL)
@@ -1139,8 +1137,7 @@ static void mirror_catalog(rcluster *c, const meta_cmd *cmd, const char *dropped
     strata_err err;
     if (cmd->kind == META_CMD_TABLE_CREATE || cmd->kind == META_CMD_TABLE_SCHEMA) {
         if (catalog_apply(c->cat, cmd->schema, cmd->schema_len, &err) < 0)
-            fprintf(stderr, "stratad: table %u: bad catalog record: %s\n", cmd->table_id,
-                    err.msg);
+            fprintf(stderr, "stratad: table %u: bad catalog record: %s\n", cmd->table_id, err.msg);
     } else if (cmd->kind == META_CMD_TABLE_DROP && dropped_name != NULL) {
         buf b;
         buf_init(&b, 0);
@@ -1275,8 +1272,9 @@ static void install_finish(install *in, int status)
     rcluster *c = in->c;
     strata_err err;
     if (status != 0)
-        fprintf(stderr, "stratad: snapshot copy of partition %" PRIu64 " from node %" PRIu64
-                        " failed; the leader will offer it again\n",
+        fprintf(stderr,
+                "stratad: snapshot copy of partition %" PRIu64 " from node %" PRIu64
+                " failed; the leader will offer it again\n",
                 in->pid, in->from);
     raft_host_snapshot_installed(c->host, in->token, status, in->applied, &err);
     install_free(c, in);
@@ -1300,7 +1298,8 @@ static void on_install_flushed(void *arg, const strata_err *err)
         lp->poisoned = false;
         count_partition(c, lp);
     }
-    fprintf(stderr, "stratad: partition %" PRIu64 " copied from node %" PRIu64 " up to entry %" PRIu64 "\n",
+    fprintf(stderr,
+            "stratad: partition %" PRIu64 " copied from node %" PRIu64 " up to entry %" PRIu64 "\n",
             in->pid, in->from, in->applied);
     install_finish(in, 0);
 }
@@ -1357,8 +1356,7 @@ static void install_apply_chunk(install *in)
     install_request(in);
 }
 
-static void on_chunk(void *ctx, int status, const strata_err *err, const uint8_t *data,
-                     size_t len)
+static void on_chunk(void *ctx, int status, const strata_err *err, const uint8_t *data, size_t len)
 {
     install *in = ctx;
     rcluster *c = in->c;
@@ -1386,8 +1384,8 @@ static void install_request(install *in)
     buf_put_varint(&b, in->session);
     buf_append(&b, in->next_key.data, in->next_key.len);
     strata_err err;
-    if (!b.failed && rpc_call(c->rpc, in->from, MSG_SNAP_CHUNK, b.data, b.len,
-                              ATTEMPT_DEADLINE_MS, on_chunk, in, &err) == 0)
+    if (!b.failed && rpc_call(c->rpc, in->from, MSG_SNAP_CHUNK, b.data, b.len, ATTEMPT_DEADLINE_MS,
+                              on_chunk, in, &err) == 0)
         in->in_flight = true;
     buf_free(&b);
     if (!in->in_flight)
@@ -1428,14 +1426,17 @@ static int fsm_install(void *ctx, uint64_t group, uint64_t index, uint64_t term,
     buf_init(&in->next_key, 0);
     in->next = c->installs;
     c->installs = in;
-    fprintf(stderr, "stratad: partition %" PRIu64 " is behind a compacted log: copying it from node %" PRIu64 "\n",
+    fprintf(stderr,
+            "stratad: partition %" PRIu64
+            " is behind a compacted log: copying it from node %" PRIu64 "\n",
             group, from);
     buf p;
     buf_init(&p, 0);
     buf_put_varint(&p, in->pid);
     buf_put_varint(&p, in->session);
-    rc = p.failed ? -1 : rpc_call(c->rpc, from, MSG_SNAP_CHUNK, p.data, p.len, ATTEMPT_DEADLINE_MS,
-                                  on_chunk, in, &err);
+    rc = p.failed ? -1
+                  : rpc_call(c->rpc, from, MSG_SNAP_CHUNK, p.data, p.len, ATTEMPT_DEADLINE_MS,
+                             on_chunk, in, &err);
     buf_free(&p);
     if (rc < 0) {
         install_free(c, in);
@@ -1470,8 +1471,7 @@ static void session_free(rcluster *c, session *s)
     free(s);
 }
 
-static session *session_open(rcluster *c, uint64_t peer, uint64_t pid, uint64_t id,
-                             strata_err *err)
+static session *session_open(rcluster *c, uint64_t peer, uint64_t pid, uint64_t id, strata_err *err)
 {
     raft_host_group_stats st;
     lpart *lp = lpart_find(c, pid);
@@ -1487,7 +1487,10 @@ static session *session_open(rcluster *c, uint64_t peer, uint64_t pid, uint64_t 
         return NULL;
     }
     /* Taken in the same loop turn as the applied index: the two agree. */
-    *s = (session){.peer = peer, .pid = pid, .id = id, .applied = st.applied_index,
+    *s = (session){.peer = peer,
+                   .pid = pid,
+                   .id = id,
+                   .applied = st.applied_index,
                    .snap = lsm_snapshot_new(c->engine)};
     s->next = c->sessions;
     c->sessions = s;
@@ -1523,8 +1526,8 @@ static void serve_snap_chunk(rcluster *c, uint64_t peer, const uint8_t *data, si
     s->last_used = now_ms(c);
     uint8_t lo[12], hi[12];
     partition_bounds(&lp->desc, lo, hi);
-    lsm_iter_options o = {.snapshot = s->snap, .lower = lo, .lower_len = 12, .upper = hi,
-                          .upper_len = 12};
+    lsm_iter_options o = {
+        .snapshot = s->snap, .lower = lo, .lower_len = 12, .upper = hi, .upper_len = 12};
     lsm_iter *it = lsm_iter_new(c->engine, &o, &err);
     if (it == NULL) {
         rpc_respond_error(resp, err.code, err.msg);
@@ -1590,8 +1593,8 @@ static void snapshots_tick(rcluster *c)
     for (size_t i = 0; i < c->n_parts; i++) {
         lpart *lp = &c->parts[i];
         raft_host_group_stats st;
-        if (lp->poisoned || raft_host_group_info(c->host, lp->id, &st, NULL) < 0 ||
-            st.installing || st.failed)
+        if (lp->poisoned || raft_host_group_info(c->host, lp->id, &st, NULL) < 0 || st.installing ||
+            st.failed)
             continue;
         uint64_t durable = lsm_durable_index(c->engine, lp->id);
         if (durable <= st.applied_index && durable >= st.snapshot_index + COMPACT_MIN_ENTRIES)
@@ -1714,13 +1717,14 @@ static void on_group_status(void *ctx, int status, const strata_err *err, const 
     (void)err;
     c->sched_busy = false;
     if (status == 0 && len == 1 && data[0] == 1 && !c->closing) {
-        meta_cmd cmd = {.kind = META_CMD_PROMOTE, .partition_id = p->pid, .epoch = p->epoch,
+        meta_cmd cmd = {.kind = META_CMD_PROMOTE,
+                        .partition_id = p->pid,
+                        .epoch = p->epoch,
                         .node_id = p->node};
         sched_propose(c, &cmd);
     }
     free(p);
 }
-
 
 /* The voter whose removal keeps the placement rules and takes a replica from the busiest
  * node (ties: the highest id); 0 when none may go. `learner_from` is ignored (0). */
@@ -1801,8 +1805,9 @@ static bool start_move(rcluster *c, placement_move *moves, size_t n)
         meta_cmd cmd;
         strata_err err;
         if (placement_move_cmd(c->meta, &moves[i], 0, &cmd, &err) == 0) {
-            fprintf(stderr, "stratad: moving partition %" PRIu64 " from node %" PRIu64
-                            " to node %" PRIu64 "\n",
+            fprintf(stderr,
+                    "stratad: moving partition %" PRIu64 " from node %" PRIu64 " to node %" PRIu64
+                    "\n",
                     moves[i].partition_id, moves[i].from, moves[i].to);
             sched_propose(c, &cmd);
             return true;
@@ -1822,8 +1827,9 @@ static bool probe_learner(rcluster *c, const meta_partition *mp, uint64_t node)
     buf_init(&b, 0);
     buf_put_varint(&b, mp->id);
     strata_err err;
-    int rc = b.failed ? -1 : rpc_call(c->rpc, node, MSG_GROUP_STATUS, b.data, b.len,
-                                      ATTEMPT_DEADLINE_MS, on_group_status, p, &err);
+    int rc = b.failed ? -1
+                      : rpc_call(c->rpc, node, MSG_GROUP_STATUS, b.data, b.len, ATTEMPT_DEADLINE_MS,
+                                 on_group_status, p, &err);
     buf_free(&b);
     if (rc < 0) {
         free(p);
@@ -1849,11 +1855,14 @@ static void schedule(rcluster *c)
             if (mp->members[k].role == META_LEARNER && node_usable(c, mp->members[k].node) &&
                 probe_learner(c, mp, mp->members[k].node))
                 return;
-        if (meta_partition_voters(mp) > META_REPLICAS && mp->n_members == meta_partition_voters(mp)) {
+        if (meta_partition_voters(mp) > META_REPLICAS &&
+            mp->n_members == meta_partition_voters(mp)) {
             uint64_t victim = pick_removal(c, mp);
             if (victim != 0) {
-                meta_cmd cmd = {.kind = META_CMD_REMOVE_REPLICA, .partition_id = mp->id,
-                                .epoch = mp->epoch, .node_id = victim};
+                meta_cmd cmd = {.kind = META_CMD_REMOVE_REPLICA,
+                                .partition_id = mp->id,
+                                .epoch = mp->epoch,
+                                .node_id = victim};
                 sched_propose(c, &cmd);
                 return;
             }
@@ -2358,8 +2367,9 @@ static void reconcile_groups(rcluster *c)
         uint64_t applied = lsm_durable_index(c->engine, mp->id);
         if (install_marked(c, mp->id)) {
             lp->poisoned = true;
-            fprintf(stderr, "stratad: partition %" PRIu64 " holds a partial snapshot copy: it "
-                            "applies nothing until a new copy completes\n",
+            fprintf(stderr,
+                    "stratad: partition %" PRIu64 " holds a partial snapshot copy: it "
+                    "applies nothing until a new copy completes\n",
                     mp->id);
         } else {
             count_partition(c, lp);
@@ -2511,8 +2521,8 @@ static int table_create_cmd(rcluster *c, const uint8_t *rec, size_t len, const c
             rc = strata_err_set(err, ERR_NOMEM, "out of memory");
     }
     if (rc == 0)
-        rc = placement_new_table(c->meta, t->schema.table_id, t->n_partitions,
-                                 t->partitions[0].id, *parts, err);
+        rc = placement_new_table(c->meta, t->schema.table_id, t->n_partitions, t->partitions[0].id,
+                                 *parts, err);
     if (rc == 0) {
         /* The map's partitions are the catalog's, with the planner's replicas. */
         for (size_t i = 0; i < t->n_partitions; i++) {
@@ -2691,8 +2701,9 @@ static void json_str(buf *out, const char *s)
 
 void rcluster_status_json(rcluster *c, buf *out)
 {
-    buf_printf(out, "{\"node_id\":%" PRIu64 ",\"ready\":%s,\"meta_voter\":%s,\"meta_leader\":%" PRIu64
-                    ",\"meta_index\":%" PRIu64 ",\"nodes\":[",
+    buf_printf(out,
+               "{\"node_id\":%" PRIu64 ",\"ready\":%s,\"meta_voter\":%s,\"meta_leader\":%" PRIu64
+               ",\"meta_index\":%" PRIu64 ",\"nodes\":[",
                c->self, rcluster_ready(c) ? "true" : "false", c->voter ? "true" : "false",
                meta_leader(c), c->meta_index);
     for (size_t i = 0; i < meta_node_count(c->meta); i++) {
@@ -2718,8 +2729,8 @@ void rcluster_status_json(rcluster *c, buf *out)
         buf_printf(out, "%s{\"id\":%" PRIu64 ",\"table_id\":%u,\"table\":", i ? "," : "", mp->id,
                    mp->table_id);
         json_str(out, t != NULL ? t->name : "");
-        uint64_t leader = lpart_find(c, mp->id) ? raft_host_leader(c->host, mp->id)
-                                                 : hint_get(c, mp->id);
+        uint64_t leader =
+            lpart_find(c, mp->id) ? raft_host_leader(c->host, mp->id) : hint_get(c, mp->id);
         buf_printf(out,
                    ",\"hash_lo\":\"%016" PRIx64 "\",\"hash_hi\":\"%016" PRIx64
                    "\",\"epoch\":%" PRIu64 ",\"leader\":%" PRIu64 ",\"members\":[",
@@ -2786,8 +2797,8 @@ void rcluster_digests_json(rcluster *c, buf *out)
         uint64_t d = replica_digest(c, lp, &items);
         buf_printf(out,
                    "%s{\"partition\":%" PRIu64 ",\"applied_index\":%" PRIu64
-                   ",\"commit_index\":%" PRIu64 ",\"items\":%" PRIu64
-                   ",\"digest\":\"%016" PRIx64 "\",\"complete\":%s}",
+                   ",\"commit_index\":%" PRIu64 ",\"items\":%" PRIu64 ",\"digest\":\"%016" PRIx64
+                   "\",\"complete\":%s}",
                    i ? "," : "", lp->id, st.applied_index, st.commit_index, items, d,
                    lp->poisoned || st.installing ? "false" : "true");
     }
@@ -2795,7 +2806,6 @@ void rcluster_digests_json(rcluster *c, buf *out)
 }
 
 /* ------------------------------------------------------------------ open / close */
-
 
 static int open_storage(rcluster *c, strata_err *err)
 {

@@ -91,8 +91,8 @@ static void admin_node_state(api_request *req)
         api_respond_error(req, ERR_VALIDATION, "expected {\"node\": id, \"state\": name}");
         return;
     }
-    if (router_node_state(req->router, (uint64_t)json_integer_value(node), state,
-                          admin_state_done, req, &err) < 0)
+    if (router_node_state(req->router, (uint64_t)json_integer_value(node), state, admin_state_done,
+                          req, &err) < 0)
         api_respond_err(req, &err);
 }
 

@@ -71,7 +71,6 @@ static void cluster_settings_fill(cluster_settings *cs, const stratad_config *cf
     const char *mt = getenv("STRATA_MEMTABLE_BYTES");
     if (mt != NULL)
         cs->rc.memtable_bytes = (size_t)strtoull(mt, NULL, 10);
-
 }
 
 static void on_http_stopped(void *data)

@@ -568,7 +568,8 @@ static void handshake_done(conn *c, uint64_t node)
     rpc *r = c->r;
     c->hello_seen = true;
     /* A seed's connection keeps the seed id: its calls and stats are under that id. */
-    c->remote_node = c->peer != NULL && c->peer->node_id >= RPC_SEED_ID_MIN ? c->peer->node_id : node;
+    c->remote_node =
+        c->peer != NULL && c->peer->node_id >= RPC_SEED_ID_MIN ? c->peer->node_id : node;
     rpc_decoder_set_max(&c->dec, r->max_frame);
     uv_timer_stop(&c->timer);
     if (c->peer == NULL)

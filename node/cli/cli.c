@@ -25,7 +25,7 @@ typedef struct {
     int timeout_ms;
     const char *command;
     const char *subcommand;
-    bool all; /* cluster status: also ask every other node for its replicas */
+    bool all;            /* cluster status: also ask every other node for its replicas */
     const char *node_id; /* node drain|remove|activate ID */
 } cli_args;
 
@@ -95,8 +95,8 @@ static int parse_args(int argc, char **argv, cli_args *args, FILE *errout)
             return -1;
         } else if (args->command == NULL) {
             args->command = argv[i];
-        } else if (args->subcommand == NULL && (strcmp(args->command, "cluster") == 0 ||
-                                                strcmp(args->command, "node") == 0)) {
+        } else if (args->subcommand == NULL &&
+                   (strcmp(args->command, "cluster") == 0 || strcmp(args->command, "node") == 0)) {
             args->subcommand = argv[i];
         } else if (args->node_id == NULL && strcmp(args->command, "node") == 0) {
             args->node_id = argv[i];
@@ -293,8 +293,8 @@ static int cmd_node(const cli_args *args, FILE *out, FILE *errout)
     int n = snprintf(body, sizeof body, "{\"node\":%llu,\"state\":\"%s\"}", id, state);
     http_header h = {.name = "Content-Type", .value = "application/x-amz-json-1.0"};
     cli_response r;
-    if (cli_http_request(&ep, "POST", "/admin/node-state", &h, 1, body, (size_t)n,
-                         args->timeout_ms, &r, &err) != 0) {
+    if (cli_http_request(&ep, "POST", "/admin/node-state", &h, 1, body, (size_t)n, args->timeout_ms,
+                         &r, &err) != 0) {
         fprintf(errout, "unreachable: %s: %s\n", args->endpoint, err.msg);
         return CLI_EXIT_UNREACHABLE;
     }
