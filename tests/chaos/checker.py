@@ -12,7 +12,9 @@ Reads a JSONL history written by workload.py / chaos.py and checks, per key:
   - no acknowledged write lost: the final strong read of every key after healing must
     be explained by a write that no acknowledged write definitely follows;
   - no read (strong or eventual) returns a value that was never written, or that was
-    written only by an operation invoked after the read completed.
+    written only by an operation invoked after the read completed;
+  - in a cluster, after healing: every partition's replicas reached one applied index
+    ("not-converged" otherwise) and have identical digests there ("replica-divergence").
 An operation with outcome "unknown" (timeout, connection lost after sending) may have
 taken effect at any point after its invocation, or never. An operation with outcome
 "fail" did not take effect; a failed conditional update whose error is
@@ -25,8 +27,12 @@ History lines (one JSON object each):
   {"type":"op","id":N,"client":C,"node":I,"kind":"put|cas|delete|read","key":K,
    "value":V,"expect":E,"consistent":bool,"final":bool,"call":T0,"ret":T1,
    "outcome":"ok|fail|unknown","error":"...","result":{"v":V,"ver":N}|null}
-  {"type":"fault","kind":"kill9|pause|...","node":I,"start":T0,"end":T1,"detail":"..."}
-  {"type":"meta",...}
+  {"type":"fault","kind":"kill9|pause|...","node":I,"target":"...","start":T0,
+   "heal":TH,"end":T1,"detail":"..."}   (heal: when the fault was undone, e.g. restart
+   or SIGCONT; end: when the node served again and had caught up)
+  {"type":"meta",...}   (merged; "replicas": [{"partition":P,"members":[..],
+   "converged":bool,"replicas":{"<node>":{"applied_index":A,"digest":"hex","items":K,
+   "complete":bool,...}}}] after healing in a cluster)
 Times are seconds (floats) from the start of the run.
 """
 import bisect
@@ -265,9 +271,32 @@ def check_lost_writes(ops):
     return anomalies
 
 
-def check(ops, budget=200000):
-    """All checks over a history's ops. Returns (anomalies, undecided keys, stats)."""
-    anomalies = check_phantoms(ops) + check_lost_writes(ops)
+def check_replicas(meta):
+    """After healing, in a cluster: the replicas of every partition reached one applied
+    index (complete, every member present) and have the same digest there."""
+    anomalies = []
+    for p in (meta or {}).get("replicas") or []:
+        reps = p.get("replicas", {})
+        desc = ", ".join("n%s: applied %s digest %s items %s%s" % (
+            nid, r.get("applied_index"), r.get("digest"), r.get("items"),
+            "" if r.get("complete") else " (incomplete)") for nid, r in sorted(reps.items()))
+        where = "partition %s" % p.get("partition")
+        if not p.get("converged"):
+            missing = [m for m in p.get("members", []) if str(m) not in reps]
+            anomalies.append({"kind": "not-converged", "key": where,
+                              "detail": "replicas not at one applied index after healing: %s%s"
+                              % (desc or "none", "; no answer from member(s) %s" % missing
+                                 if missing else "")})
+        elif len(set(r.get("digest") for r in reps.values())) > 1:
+            anomalies.append({"kind": "replica-divergence", "key": where,
+                              "detail": "same applied index, different contents: " + desc})
+    return anomalies
+
+
+def check(ops, budget=200000, meta=None):
+    """All checks over a history's ops (and, given the run's meta, its replica digests).
+    Returns (anomalies, undecided keys, stats)."""
+    anomalies = check_phantoms(ops) + check_lost_writes(ops) + check_replicas(meta)
     undecided = []
     by_key = defaultdict(list)
     for o in ops:
@@ -287,14 +316,48 @@ def check(ops, budget=200000):
     return anomalies, undecided, stats
 
 
+def _is_write_ok(o):
+    return o["kind"] in ("put", "cas", "delete") and o["outcome"] == "ok" and not o.get("final")
+
+
 def recovery_times(ops, faults):
-    """Per fault: seconds from its end (heal) to the first ok op completing after it,
-    or None if no op succeeded after it."""
-    ok_rets = sorted(o["ret"] for o in ops if o["outcome"] == "ok" and not o.get("final"))
+    """Per fault: seconds from its healing (restart, SIGCONT; its end when the record has
+    no heal time) to the first acknowledged write completing after it, or None if there
+    was none."""
+    ok_rets = sorted(o["ret"] for o in ops if _is_write_ok(o))
     out = []
     for f in faults:
-        i = bisect.bisect_left(ok_rets, f["end"])
-        out.append(ok_rets[i] - f["end"] if i < len(ok_rets) else None)
+        heal = f.get("heal", f["end"])
+        i = bisect.bisect_left(ok_rets, heal)
+        out.append(ok_rets[i] - heal if i < len(ok_rets) else None)
+    return out
+
+
+def keys_writable_times(ops, faults):
+    """Per fault: (seconds, key) - from the fault's start until every key had an
+    acknowledged write invoked after that start, the slowest key; (None, key) when a key
+    written before never was again. In a cluster this is how long the partitions the
+    fault hit stayed unwritable; keys not written for a while by chance add noise."""
+    by_key = defaultdict(list)
+    for o in ops:
+        if _is_write_ok(o):
+            by_key[o["key"]].append((o["call"], o["ret"]))
+    for v in by_key.values():
+        v.sort()
+    out = []
+    for f in faults:
+        worst, worst_key = 0.0, None
+        for key, ws in by_key.items():
+            if ws[0][0] > f["start"]:
+                continue  # never written before the fault
+            i = bisect.bisect_left(ws, (f["start"], -INF))
+            if i == len(ws):
+                worst, worst_key = None, key
+                break
+            t = min(r for c, r in ws[i:i + 50]) - f["start"]
+            if t > worst:
+                worst, worst_key = t, key
+        out.append((worst, worst_key))
     return out
 
 
@@ -302,8 +365,10 @@ def report(ops, faults, meta, anomalies, undecided, stats, out=sys.stdout):
     p = lambda *a: print(*a, file=out)  # noqa: E731
     p("== chaos report ==")
     if meta:
-        p("run: %s" % ", ".join("%s=%s" % (k, meta[k]) for k in sorted(meta) if k != "type"))
+        p("run: %s" % ", ".join("%s=%s" % (k, meta[k]) for k in sorted(meta)
+                                if k not in ("type", "replicas")))
     counts = defaultdict(lambda: defaultdict(int))
+    by_node = defaultdict(lambda: defaultdict(int))
     for o in ops:
         kind = o["kind"]
         if kind == "read":
@@ -313,17 +378,38 @@ def report(ops, faults, meta, anomalies, undecided, stats, out=sys.stdout):
         if _is_ccf(o):
             outcome = "fail(condition)"
         counts[kind][outcome] += 1
+        by_node[o.get("node")][outcome] += 1
     p("operations: %d" % len(ops))
     for kind in sorted(counts):
         p("  %-14s %s" % (kind, "  ".join("%s=%d" % (k, v)
                                           for k, v in sorted(counts[kind].items()))))
+    p("operations by node served:")
+    for node in sorted(by_node, key=str):
+        p("  node %-4s %s" % (node, "  ".join("%s=%d" % (k, v)
+                                            for k, v in sorted(by_node[node].items()))))
     p("faults: %d" % len(faults))
-    for f, rec in zip(faults, recovery_times(ops, faults)):
-        p("  %-8s node %s  %7.2fs .. %7.2fs  recovered %s%s" % (
-            f["kind"], f.get("node"), f["start"], f["end"],
-            "in %.3fs after healing (outage %.2fs)" % (rec, f["end"] - f["start"] + rec)
-            if rec is not None else "never",
-            "  (%s)" % f["detail"] if f.get("detail") else ""))
+    for f, rec, (kw, kkey) in zip(faults, recovery_times(ops, faults),
+                                  keys_writable_times(ops, faults)):
+        heal = f.get("heal", f["end"])
+        p("  %-9s node %s%s  %7.2fs .. heal %7.2fs .. %7.2fs" % (
+            f["kind"], f.get("node"), " (%s)" % f["target"] if f.get("target") else "",
+            f["start"], heal, f["end"]))
+        p("            first write after healing %s; every key written again %s"
+          % ("in %.3fs" % rec if rec is not None else "never",
+             "%.2fs after the start (slowest %s)" % (kw, kkey) if kw is not None
+             else "never (key %s)" % kkey))
+        if f.get("detail"):
+            p("            %s" % f["detail"])
+    reps = (meta or {}).get("replicas")
+    if reps is not None:
+        p("replicas after healing: %d partitions" % len(reps))
+        for r in reps:
+            vals = r.get("replicas", {})
+            p("  partition %-4s %s  %s" % (
+                r.get("partition"), "converged" if r.get("converged") else "NOT converged",
+                "  ".join("n%s@%s=%s/%s" % (nid, v.get("applied_index"),
+                                             (v.get("digest") or "?")[:8], v.get("items"))
+                          for nid, v in sorted(vals.items()))))
     p("keys checked for linearizability: %d" % len(stats))
     for key, (verdict, n, explored) in sorted(stats.items()):
         p("  %-8s %-10s %5d ops  %7d states explored" % (key, verdict, n, explored))
@@ -347,7 +433,7 @@ def main(argv):
     except (OSError, ValueError) as e:
         print("checker: %s" % e, file=sys.stderr)
         return 2
-    anomalies, undecided, stats = check(ops, args.budget)
+    anomalies, undecided, stats = check(ops, args.budget, meta)
     report(ops, faults, meta, anomalies, undecided, stats)
     return 1 if anomalies else 0
 

@@ -165,14 +165,67 @@ def write_history(path, ops, faults=()):
 
 
 def test_cli_exit_status(tmp_path):
-    good = [put(0, 1, "a"), rd(2, 3, ("a", 0)), rd(4, 5, ("a", 0), final=True)]
+    good = [put(0, 1, "a"), rd(2, 3, ("a", 0)), put(2.5, 3.5, "b"),
+            rd(4, 5, ("b", 0), final=True)]
     fault = {"type": "fault", "kind": "kill9", "node": 0, "start": 1.5, "end": 1.8}
     write_history(tmp_path / "g.jsonl", good, [fault])
     r = subprocess.run([sys.executable, checker.__file__, str(tmp_path / "g.jsonl")],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stdout
-    assert "verdict: PASS" in r.stdout and "recovered in" in r.stdout
+    assert "verdict: PASS" in r.stdout and "first write after healing in 1.700s" in r.stdout
+    assert "every key written again 2.00s after the start" in r.stdout
     write_history(tmp_path / "b.jsonl", good + [rd(6, 7, ("q", 0))])
     r = subprocess.run([sys.executable, checker.__file__, str(tmp_path / "b.jsonl")],
                        capture_output=True, text=True)
     assert r.returncode == 1 and "verdict: FAIL" in r.stdout
+
+
+# ---- after healing, in a cluster: replica digests ----
+
+def replicas(parts):
+    """meta with a "replicas" record: parts is [(converged, {node: (applied, digest)})]."""
+    return {"replicas": [
+        {"partition": i + 1, "members": [1, 2, 3], "converged": conv,
+         "replicas": {str(n): {"applied_index": a, "digest": d, "items": 1, "complete": True}
+                      for n, (a, d) in reps.items()}}
+        for i, (conv, reps) in enumerate(parts)]}
+
+
+def test_replicas_equal_pass():
+    meta = replicas([(True, {1: (7, "aa"), 2: (7, "aa"), 3: (7, "aa")}),
+                     (True, {1: (3, "bb"), 2: (3, "bb"), 3: (3, "bb")})])
+    assert checker.check_replicas(meta) == []
+    assert checker.check_replicas({}) == [] and checker.check_replicas(None) == []
+
+
+def test_replica_divergence_flagged():
+    meta = replicas([(True, {1: (7, "aa"), 2: (7, "aa"), 3: (7, "ab")})])
+    a = checker.check_replicas(meta)
+    assert [x["kind"] for x in a] == ["replica-divergence"]
+    assert "n3: applied 7 digest ab" in a[0]["detail"]
+    # The CLI reads the replicas from the history's meta record and exits 1.
+    anomalies, _, _ = checker.check([], meta=meta)
+    assert [x["kind"] for x in anomalies] == ["replica-divergence"]
+
+
+def test_not_converged_flagged(tmp_path):
+    meta = replicas([(False, {1: (9, "aa"), 2: (7, "bb")})])
+    a = checker.check_replicas(meta)
+    assert [x["kind"] for x in a] == ["not-converged"]
+    assert "member(s) [3]" in a[0]["detail"]
+    path = tmp_path / "h.jsonl"
+    with open(path, "w") as f:
+        f.write(json.dumps(dict(type="meta", **meta)) + "\n")
+    r = subprocess.run([sys.executable, checker.__file__, str(path)],
+                       capture_output=True, text=True)
+    assert r.returncode == 1 and "[not-converged] key partition 1" in r.stdout
+
+
+def test_keys_writable_time():
+    # Key a is written again 0.5 s after the fault start, key b only 3 s after.
+    ops = [put(0, 0.1, "a1", key="a"), put(0, 0.1, "b1", key="b"),
+           put(1.2, 1.5, "a2", key="a"), put(1.1, 4.0, "b2", key="b"),
+           put(0.9, 1.3, "b0", key="b", outcome="unknown")]
+    faults = [{"kind": "kill9", "start": 1.0, "heal": 2.0, "end": 2.5}]
+    assert checker.keys_writable_times(ops, faults) == [(3.0, "b")]
+    assert checker.recovery_times(ops, faults) == [2.0]

@@ -67,14 +67,20 @@ class Conn:
 
 
 def create_table(host, port, deadline_s=30):
+    """Creates the table and waits until it is ACTIVE. A 503 (a cluster not ready to
+    place it yet) is retried until the deadline."""
     c = Conn(host, port, 5)
-    st, body = c.call("CreateTable", {
-        "TableName": TABLE, "BillingMode": "PAY_PER_REQUEST",
-        "AttributeDefinitions": [{"AttributeName": "k", "AttributeType": "S"}],
-        "KeySchema": [{"AttributeName": "k", "KeyType": "HASH"}]})
-    if st != 200 and "ResourceInUse" not in body.get("__type", ""):
-        raise RuntimeError("CreateTable: %s %s" % (st, body))
     end = time.monotonic() + deadline_s
+    while True:
+        st, body = c.call("CreateTable", {
+            "TableName": TABLE, "BillingMode": "PAY_PER_REQUEST",
+            "AttributeDefinitions": [{"AttributeName": "k", "AttributeType": "S"}],
+            "KeySchema": [{"AttributeName": "k", "KeyType": "HASH"}]})
+        if st == 200 or "ResourceInUse" in body.get("__type", ""):
+            break
+        if st != 503 or time.monotonic() >= end:
+            raise RuntimeError("CreateTable: %s %s" % (st, body))
+        time.sleep(0.1)
     while time.monotonic() < end:
         st, body = c.call("DescribeTable", {"TableName": TABLE})
         if st == 200 and body["Table"]["TableStatus"] == "ACTIVE":
@@ -164,16 +170,19 @@ def run_op(conn, hist, client, node, kind, key, value=None, expect=None, consist
 
 
 class Client(threading.Thread):
-    """One workload client: a random mix of operations over the key set, spread over
-    the nodes (a new node for each connection)."""
+    """One workload client: a random mix of operations over the key set. It sticks to one
+    node (start, or a random one) over a keep-alive connection and moves to another node
+    after an error. nodes is a list of (node id, host, port); every op records the id of
+    the node it was sent to."""
 
     MIX = (("put", 25), ("cas", 30), ("delete", 5), ("strong", 25), ("eventual", 15))
 
-    def __init__(self, cid, nodes, keys, hist, stop, seed, timeout=1.5, think_s=0.005):
+    def __init__(self, cid, nodes, keys, hist, stop, seed, timeout=1.5, think_s=0.005,
+                 start=None):
         super().__init__(name="chaos-client-%d" % cid, daemon=True)
         self.cid, self.nodes, self.keys, self.hist, self.stop = cid, nodes, keys, hist, stop
         self.rng = random.Random(seed)
-        self.timeout, self.think_s = timeout, think_s
+        self.timeout, self.think_s, self.start_at = timeout, think_s, start
         self.seq = 0
         self.last_ver = {}  # key -> version last seen, the usual CAS expectation
 
@@ -184,9 +193,16 @@ class Client(threading.Thread):
                 return name
             r -= w
 
+    def other_node(self, cur):
+        """A node other than cur (cur itself when there is only one)."""
+        if len(self.nodes) == 1:
+            return cur
+        return (cur + 1 + self.rng.randrange(len(self.nodes) - 1)) % len(self.nodes)
+
     def run(self):
-        node = self.rng.randrange(len(self.nodes))
-        conn = Conn(*self.nodes[node], self.timeout)
+        cur = self.start_at if self.start_at is not None else self.rng.randrange(len(self.nodes))
+        node, host, port = self.nodes[cur]
+        conn = Conn(host, port, self.timeout)
         while not self.stop.is_set():
             key = self.rng.choice(self.keys)
             what = self.pick()
@@ -212,24 +228,96 @@ class Client(threading.Thread):
             if rec["outcome"] != "ok" and "ConditionalCheckFailed" not in rec.get("error", ""):
                 # Back off a little on errors, and move to another node.
                 conn.close()
-                node = self.rng.randrange(len(self.nodes))
-                conn = Conn(*self.nodes[node], self.timeout)
+                cur = self.other_node(cur)
+                node, host, port = self.nodes[cur]
+                conn = Conn(host, port, self.timeout)
                 self.stop.wait(0.05)
             elif self.think_s:
                 self.stop.wait(self.rng.random() * self.think_s)
         conn.close()
 
 
+class Filler(threading.Thread):
+    """Background volume, outside the checked history: BatchWriteItem of 25 padded items
+    over a bounded key set ("fill-N", overwritten in turn), round robin over the nodes, at about `rate` items a
+    second. It makes engines flush and Raft logs compact during a run, so that a replica
+    that stays down long enough has to copy a partition (snapshot) instead of replaying
+    the log. set_burst(True) lifts the rate limit until set_burst(False).
+    The items land in the partitions whose replica digests are compared at the end."""
+
+    BATCH = 25
+    KEYS = 8000  # fill-1..fill-8000, overwritten in turn: ~6 MB, so a long run stays small
+
+    def __init__(self, nodes, stop, rate, pad_bytes=700, timeout=10.0):
+        super().__init__(name="chaos-filler", daemon=True)
+        self.nodes, self.stop, self.rate = nodes, stop, rate
+        self.pad = "x" * pad_bytes
+        self.timeout = timeout
+        self.cv = threading.Condition()
+        self.counts = {"ok": 0, "unprocessed": 0, "error": 0}
+        self.bursting = False
+        self.seq = 0
+
+    def acked(self):
+        with self.cv:
+            return self.counts["ok"]
+
+    def set_burst(self, on):
+        """on: write as fast as the cluster takes it; off: back to the paced rate."""
+        with self.cv:
+            self.bursting = on
+            self.cv.notify_all()
+
+    def _batch(self):
+        items = []
+        for _ in range(self.BATCH):
+            self.seq = self.seq % self.KEYS + 1
+            items.append({"PutRequest": {"Item": {
+                "k": {"S": "fill-%d" % self.seq}, "v": {"S": self.pad}, "ver": {"N": "0"}}}})
+        return {"RequestItems": {TABLE: items}}
+
+    def run(self):
+        i, t_next = 0, time.monotonic()
+        conns = [Conn(h, p, self.timeout) for _, h, p in self.nodes]
+        while not self.stop.is_set():
+            with self.cv:
+                bursting = self.bursting
+            if not bursting:
+                # Paced: one batch every BATCH / rate seconds.
+                t_next = max(t_next, time.monotonic() - 1.0)
+                if self.stop.wait(max(0.0, t_next - time.monotonic())):
+                    break
+                t_next += self.BATCH / float(self.rate)
+            i = (i + 1) % len(conns)
+            try:
+                status, resp = conns[i].call("BatchWriteItem", self._batch())
+            except Exception:
+                status, resp = 0, {}
+            with self.cv:
+                if status == 200:
+                    left = len(resp.get("UnprocessedItems", {}).get(TABLE, []))
+                    self.counts["ok"] += self.BATCH - left
+                    self.counts["unprocessed"] += left
+                else:
+                    self.counts["error"] += 1
+                self.cv.notify_all()
+            if status != 200:
+                self.stop.wait(0.1)
+        for c in conns:
+            c.close()
+
+
 def final_reads(nodes, keys, hist, deadline_s=30, timeout=3):
     """After healing: one successful strong read of every key (retried until the
-    deadline). Returns the keys that could not be read."""
+    deadline), through each node in turn; nodes is a list of (node id, host, port).
+    Returns the keys that could not be read."""
     missing = []
     for key in keys:
         end = time.monotonic() + deadline_s
         ok = False
         while time.monotonic() < end and not ok:
-            for node, addr in enumerate(nodes):
-                conn = Conn(*addr, timeout)
+            for node, host, port in nodes:
+                conn = Conn(host, port, timeout)
                 rec = run_op(conn, hist, -1, node, "read", key, consistent=True, final=True)
                 conn.close()
                 if rec["outcome"] == "ok":
