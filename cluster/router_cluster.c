@@ -86,6 +86,7 @@ enum {
 #define SNAP_SESSION_IDLE_MS 60000
 #define COMPACT_EVERY_MS     1000
 #define COMPACT_MIN_ENTRIES  1024  /* compact once the engine holds this many more entries */
+#define COMPACT_MAX_LAG      (1u << 18) /* entries kept for a slow member before it must copy */
 #define DOWN_AFTER_MS        10000 /* unreachable from the meta leader this long: DOWN */
 #define REPLACE_AFTER_MS     300000
 
@@ -1578,6 +1579,32 @@ static void serve_snap_chunk(rcluster *c, uint64_t peer, const uint8_t *data, si
         session_free(c, s);
 }
 
+/* How far a replica may compact its log: what its engine holds durably, but on a leader
+ * not past the log of a reachable member that is behind, while that lag stays under
+ * COMPACT_MAX_LAG entries. A member catching up (or copying a partition) is then not
+ * overtaken by the next compaction, which would send it back for another copy, again and
+ * again on a large partition. An unreachable member holds nothing back: it copies the
+ * partition when it returns. */
+static uint64_t compact_point(rcluster *c, uint64_t pid, uint64_t durable)
+{
+    raft_host_member m[META_MAX_MEMBERS + 2];
+    size_t n;
+    bool pending;
+    if (!raft_host_is_leader(c->host, pid) ||
+        raft_host_configuration(c->host, pid, m, META_MAX_MEMBERS + 2, &n, &pending, NULL) < 0)
+        return durable;
+    uint64_t upto = durable;
+    for (size_t i = 0; i < n && i < META_MAX_MEMBERS + 2; i++) {
+        uint64_t match = 0;
+        if (m[i].id == c->self || !node_usable(c, m[i].id) ||
+            raft_host_member_match(c->host, pid, m[i].id, &match, NULL) < 0)
+            continue;
+        if (match < upto && durable - match < COMPACT_MAX_LAG)
+            upto = match;
+    }
+    return upto;
+}
+
 /* Periodic: compacts logs up to what the engine holds durably, ends idle sessions. */
 static void snapshots_tick(rcluster *c)
 {
@@ -1596,9 +1623,9 @@ static void snapshots_tick(rcluster *c)
         if (lp->poisoned || raft_host_group_info(c->host, lp->id, &st, NULL) < 0 || st.installing ||
             st.failed)
             continue;
-        uint64_t durable = lsm_durable_index(c->engine, lp->id);
-        if (durable <= st.applied_index && durable >= st.snapshot_index + COMPACT_MIN_ENTRIES)
-            raft_host_compact(c->host, lp->id, durable, NULL);
+        uint64_t upto = compact_point(c, lp->id, lsm_durable_index(c->engine, lp->id));
+        if (upto <= st.applied_index && upto >= st.snapshot_index + COMPACT_MIN_ENTRIES)
+            raft_host_compact(c->host, lp->id, upto, NULL);
     }
 }
 
@@ -2573,6 +2600,7 @@ int rcluster_catalog_write(rcluster *c, const uint8_t *rec, size_t len, router_c
                          .schema = rec,
                          .schema_len = len};
     } else if (table_create_cmd(c, rec, len, &ch, &cmd, &parts, err) < 0) {
+        free(parts); /* placement may refuse after the array was allocated */
         return -1;
     }
     int rc = propose_meta(c, &cmd, cb, ctx, err);
