@@ -196,7 +196,7 @@ static uint64_t get_u64be(const uint8_t *p)
 }
 
 /* The engine key range [lo, hi) of a partition: table id | hash. */
-static void partition_bounds(const partition_desc *p, uint8_t lo[12], uint8_t hi[12])
+void router_partition_bounds(const partition_desc *p, uint8_t lo[12], uint8_t hi[12])
 {
     put_u32be(lo, p->table_id);
     put_u64be(lo + 4, p->hash_lo);
@@ -713,14 +713,14 @@ static int replay_partition_entry(router *r, uint64_t group, const wal_entry *e,
     return r->ops.apply(r->engine, p, e->data, e->len, index, &r->result, err);
 }
 
-/* Counts a partition's items and bytes (keys + values) from the engine. */
-static int count_partition(router *r, const partition_desc *p, partition_stats *out,
+/* Counts a partition's items and value bytes from the engine. */
+int router_count_partition(lsm *engine, const partition_desc *p, partition_stats *out,
                            strata_err *err)
 {
     uint8_t lo[12], hi[12];
-    partition_bounds(p, lo, hi);
+    router_partition_bounds(p, lo, hi);
     lsm_iter_options o = {.lower = lo, .lower_len = 12, .upper = hi, .upper_len = 12};
-    lsm_iter *it = lsm_iter_new(r->engine, &o, err);
+    lsm_iter *it = lsm_iter_new(engine, &o, err);
     if (it == NULL)
         return -1;
     out->item_count = 0;
@@ -773,7 +773,7 @@ static int recover(router *r, strata_err *err)
     free(ids);
     for (size_t i = 0; i < r->n_parts; i++) {
         const partition_desc *p = find_partition(r, r->parts[i].id);
-        if (p != NULL && count_partition(r, p, &r->parts[i].stats, err) < 0)
+        if (p != NULL && router_count_partition(r->engine, p, &r->parts[i].stats, err) < 0)
             return -1;
     }
     return 0;

@@ -14,6 +14,12 @@ typedef struct rcluster rcluster;
  * (malloc'd, NULL when out of memory). */
 int router_mkdir_p(const char *path, strata_err *err);
 char *router_path_join(const char *dir, const char *name);
+/* The engine key range [lo, hi) of a partition (table id | key hash), and the count of
+ * its items and value bytes in the engine (for ItemCount / TableSizeBytes). */
+void router_partition_bounds(const partition_desc *p, uint8_t lo[12], uint8_t hi[12]);
+struct lsm;
+int router_count_partition(struct lsm *engine, const partition_desc *p, partition_stats *out,
+                           strata_err *err);
 
 rcluster *rcluster_open(const router_config *cfg, strata_err *err);
 void rcluster_close(rcluster *c);
