@@ -85,9 +85,9 @@ enum {
 #define SNAP_CHUNK_BYTES     (1u << 20)
 #define SNAP_SESSION_IDLE_MS 60000
 #define COMPACT_EVERY_MS     1000
-#define COMPACT_MIN_ENTRIES  1024  /* compact once the engine holds this many more entries */
+#define COMPACT_MIN_ENTRIES  1024       /* compact once the engine holds this many more entries */
 #define COMPACT_MAX_LAG      (1u << 18) /* entries kept for a slow member before it must copy */
-#define DOWN_AFTER_MS        10000 /* unreachable from the meta leader this long: DOWN */
+#define DOWN_AFTER_MS        10000      /* unreachable from the meta leader this long: DOWN */
 #define REPLACE_AFTER_MS     300000
 
 typedef struct lpart {
@@ -589,6 +589,7 @@ static void op_fail_code(op *o, strata_code code, const char *msg)
 }
 
 static void schedule_retry_timer(rcluster *c);
+static void on_retry_timer(uv_timer_t *t);
 
 /* Queues the op's next attempt after a backoff, or fails it once its deadline passed. */
 static void op_retry(op *o, uint64_t leader_hint)
@@ -623,7 +624,9 @@ static void op_start(op *o)
     o->retry_at = 0;
     o->retry_next = c->retry_head;
     c->retry_head = o;
-    schedule_retry_timer(c);
+    /* Due now: no need to scan the queue for the earliest deadline (the hot path). */
+    if (!c->closing)
+        uv_timer_start(&c->retry, on_retry_timer, 0, 0);
 }
 
 static void on_retry_timer(uv_timer_t *t)
@@ -1204,20 +1207,6 @@ static void put_be(uint8_t *p, uint64_t v, int n)
         p[i] = (uint8_t)v;
 }
 
-/* The engine key range [lo, hi) of a partition: table id | key hash. */
-static void partition_bounds(const partition_desc *d, uint8_t lo[12], uint8_t hi[12])
-{
-    put_be(lo, d->table_id, 4);
-    put_be(lo + 4, d->hash_lo, 8);
-    if (d->hash_hi == UINT64_MAX) {
-        put_be(hi, (uint64_t)d->table_id + 1, 4);
-        put_be(hi + 4, 0, 8);
-    } else {
-        put_be(hi, d->table_id, 4);
-        put_be(hi + 4, d->hash_hi + 1, 8);
-    }
-}
-
 /* Engine key marking a snapshot copy in progress into partition `pid` (table 0 is no
  * table's: the catalog's namespace). */
 static size_t install_mark_key(uint8_t k[13], uint64_t pid)
@@ -1238,21 +1227,11 @@ static bool install_marked(rcluster *c, uint64_t pid)
     return found != 0; /* an engine error counts as marked: never apply on doubt */
 }
 
-/* Counts a partition's items and bytes from the engine (after a copy replaced them). */
+/* Recounts a replica's items and bytes (at start, and after a copy replaced them). */
 static void count_partition(rcluster *c, lpart *lp)
 {
-    uint8_t lo[12], hi[12];
-    partition_bounds(&lp->desc, lo, hi);
-    lsm_iter_options o = {.lower = lo, .lower_len = 12, .upper = hi, .upper_len = 12};
-    lsm_iter *it = lsm_iter_new(c->engine, &o, NULL);
-    lp->stats = (partition_stats){0, 0};
-    for (lsm_iter_first(it); it != NULL && lsm_iter_valid(it); lsm_iter_next(it)) {
-        size_t vlen;
-        lsm_iter_value(it, &vlen);
-        lp->stats.item_count++;
-        lp->stats.size_bytes += (int64_t)vlen;
-    }
-    lsm_iter_free(it);
+    if (router_count_partition(c->engine, &lp->desc, &lp->stats, NULL) < 0)
+        lp->stats = (partition_stats){0, 0};
 }
 
 static void install_free(rcluster *c, install *in)
@@ -1406,7 +1385,7 @@ static int fsm_install(void *ctx, uint64_t group, uint64_t index, uint64_t term,
     install *in = calloc(1, sizeof *in);
     lsm_batch *b = lsm_batch_new();
     uint8_t lo[12], hi[12], mk[13];
-    partition_bounds(&lp->desc, lo, hi);
+    router_partition_bounds(&lp->desc, lo, hi);
     strata_err err;
     int rc = in != NULL && b != NULL ? 0 : -1;
     if (rc == 0)
@@ -1526,7 +1505,7 @@ static void serve_snap_chunk(rcluster *c, uint64_t peer, const uint8_t *data, si
     }
     s->last_used = now_ms(c);
     uint8_t lo[12], hi[12];
-    partition_bounds(&lp->desc, lo, hi);
+    router_partition_bounds(&lp->desc, lo, hi);
     lsm_iter_options o = {
         .snapshot = s->snap, .lower = lo, .lower_len = 12, .upper = hi, .upper_len = 12};
     lsm_iter *it = lsm_iter_new(c->engine, &o, &err);
@@ -2439,17 +2418,28 @@ static void reconcile_groups(rcluster *c)
 
 /* Deletes a replica's data once the map moved it to other nodes. The replica's group is
  * stopped first, so nothing writes the range again; a failure only leaves space used. */
+/* One engine range delete [lo, hi), recording no log index. ERR_BUSY under back-pressure. */
+static int engine_delete_range(rcluster *c, const uint8_t *lo, size_t lo_len, const uint8_t *hi,
+                               size_t hi_len, strata_err *err)
+{
+    lsm_batch *b = lsm_batch_new();
+    if (b == NULL)
+        return strata_err_set(err, ERR_NOMEM, "out of memory");
+    int rc = lsm_batch_delete_range(b, lo, lo_len, hi, hi_len, err);
+    if (rc == 0)
+        rc = lsm_write(c->engine, b, 0, 0, err);
+    lsm_batch_free(b);
+    return rc;
+}
+
 static void delete_replica_data(rcluster *c, const partition_desc *d)
 {
     uint8_t lo[12], hi[12];
-    partition_bounds(d, lo, hi);
-    lsm_batch *b = lsm_batch_new();
+    router_partition_bounds(d, lo, hi);
     strata_err err;
-    if (b == NULL || lsm_batch_delete_range(b, lo, 12, hi, 12, &err) < 0 ||
-        lsm_write(c->engine, b, 0, 0, &err) < 0)
+    if (engine_delete_range(c, lo, 12, hi, 12, &err) < 0)
         fprintf(stderr, "stratad: partition %" PRIu64 " moved away; its data stays for now\n",
                 d->id);
-    lsm_batch_free(b);
 }
 
 /* Deletes the data of dropped tables (an engine range delete; repeated harmlessly when
@@ -2457,17 +2447,12 @@ static void delete_replica_data(rcluster *c, const partition_desc *d)
 static void delete_dropped(rcluster *c)
 {
     while (c->n_drops > 0) {
-        uint32_t t = c->drops[c->n_drops - 1];
-        uint8_t lo[4] = {(uint8_t)(t >> 24), (uint8_t)(t >> 16), (uint8_t)(t >> 8), (uint8_t)t};
-        uint32_t u = t + 1;
-        uint8_t hi[4] = {(uint8_t)(u >> 24), (uint8_t)(u >> 16), (uint8_t)(u >> 8), (uint8_t)u};
-        lsm_batch *b = lsm_batch_new();
+        uint64_t t = c->drops[c->n_drops - 1];
+        uint8_t lo[4], hi[4];
+        put_be(lo, t, 4);
+        put_be(hi, t + 1, 4);
         strata_err err;
-        int rc = b != NULL ? lsm_batch_delete_range(b, lo, 4, hi, 4, &err) : -1;
-        if (rc == 0)
-            rc = lsm_write(c->engine, b, 0, 0, &err);
-        lsm_batch_free(b);
-        if (rc < 0 && b != NULL && err.code == ERR_BUSY)
+        if (engine_delete_range(c, lo, 4, hi, 4, &err) < 0 && err.code == ERR_BUSY)
             return; /* next tick */
         c->n_drops--;
     }
@@ -2786,7 +2771,7 @@ void rcluster_status_json(rcluster *c, buf *out)
 static uint64_t replica_digest(rcluster *c, const lpart *lp, uint64_t *items)
 {
     uint8_t lo[12], hi[12];
-    partition_bounds(&lp->desc, lo, hi);
+    router_partition_bounds(&lp->desc, lo, hi);
     lsm_iter_options o = {.lower = lo, .lower_len = 12, .upper = hi, .upper_len = 12};
     lsm_iter *it = lsm_iter_new(c->engine, &o, NULL);
     XXH3_state_t *st = XXH3_createState();
