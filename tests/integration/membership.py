@@ -182,7 +182,8 @@ def main():
         poll(lambda: replicas(nodes[1], 1)[0] == 0, "node 1 drained")
         drain_s = time.time() - t0
         poll(lambda: all_led(nodes[1]), "every partition has a leader after the drain")
-        time.sleep(1)  # writes keep flowing a moment after the last move
+        after = len(acked)
+        poll(lambda: len(acked) > after + 50, "writes keep flowing after the last move")
         stop[0] = True
         for t in ts:
             t.join()
