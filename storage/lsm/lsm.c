@@ -778,8 +778,14 @@ static void install(lsm *db, job *j)
             ok = version_add(v, j->out_level, j->moved);
     }
     if (!ok) {
-        /* The manifest already says the new state: only a reopen can get back in step. */
+        /* The manifest already says the new state: only a reopen can get back in step.
+         * The job's new files stay the job's (job_free frees those nobody holds): hold
+         * them while the half-built version lets go of the ones it took. */
+        for (int i = 0; i < j->nadded; i++)
+            j->added[i]->refs++;
         version_unref(v);
+        for (int i = 0; i < j->nadded; i++)
+            j->added[i]->refs--;
         strata_err_set(&db->bg_err, ERR_NOMEM, "out of memory installing a version");
         return;
     }
