@@ -2563,6 +2563,124 @@ static int table_create_cmd(rcluster *c, const uint8_t *rec, size_t len, const c
     return rc;
 }
 
+/* Two nodes creating tables at once both stamp the next free ids from their copy of the
+ * map: the meta group applies the first create and refuses the other ("id is used"). The
+ * loser stamps ids above the ones it tried (and above the map's, once it has caught up)
+ * and proposes again, so concurrent creates of different tables all succeed. A create
+ * that lost on its name is answered with that error. */
+#define CREATE_ATTEMPTS 8
+
+typedef struct {
+    rcluster *c;
+    uint8_t *rec;
+    size_t len;
+    router_cb cb;
+    void *ctx;
+    int attempts;
+} create_op;
+
+static int create_propose(create_op *co, strata_err *err);
+
+/* Replaces the record by the same table with ids above those it carried and at least
+ * the map's next free ones. */
+static int restamp_ids(create_op *co, strata_err *err)
+{
+    catalog *tmp = catalog_new();
+    if (tmp == NULL)
+        return strata_err_set(err, ERR_NOMEM, "out of memory");
+    catalog_change ch;
+    int rc = catalog_record_peek(co->rec, co->len, &ch, err);
+    if (rc == 0)
+        rc = catalog_apply(tmp, co->rec, co->len, err);
+    const table_info *t = rc == 0 ? catalog_find(tmp, ch.name, ch.name_len) : NULL;
+    if (rc == 0 && t == NULL)
+        rc = strata_err_set(err, ERR_INTERNAL, "catalog record without its table");
+    table_info copy;
+    if (rc == 0)
+        rc = catalog_table_copy(t, &copy, err);
+    catalog_free(tmp);
+    if (rc < 0)
+        return -1;
+    uint32_t tid = meta_next_table_id(co->c->meta);
+    uint64_t pid = meta_next_partition_id(co->c->meta);
+    if (tid <= copy.schema.table_id)
+        tid = copy.schema.table_id + 1;
+    if (copy.n_partitions > 0 && pid <= copy.partitions[copy.n_partitions - 1].id)
+        pid = copy.partitions[copy.n_partitions - 1].id + 1;
+    copy.schema.table_id = tid;
+    for (size_t i = 0; i < copy.n_partitions; i++)
+        copy.partitions[i].id = pid + i;
+    buf b;
+    buf_init(&b, 0);
+    rc = catalog_encode_table(&copy, &b, err);
+    catalog_table_free(&copy);
+    if (rc < 0) {
+        buf_free(&b);
+        return -1;
+    }
+    free(co->rec);
+    co->rec = b.data;
+    co->len = b.len;
+    return 0;
+}
+
+static void create_op_free(create_op *co)
+{
+    free(co->rec);
+    free(co);
+}
+
+static void on_create_done(void *ctx, const strata_err *err, const uint8_t *res, size_t len)
+{
+    create_op *co = ctx;
+    catalog_change ch;
+    strata_err perr;
+    bool id_clash = err != NULL && err->code == ERR_RESOURCE_IN_USE && !co->c->closing &&
+                    co->attempts < CREATE_ATTEMPTS &&
+                    catalog_record_peek(co->rec, co->len, &ch, &perr) == 0 &&
+                    meta_table_find_name(co->c->meta, ch.name, ch.name_len) == NULL;
+    if (id_clash && restamp_ids(co, &perr) == 0 && create_propose(co, &perr) == 0)
+        return;
+    co->cb(co->ctx, err, res, len);
+    create_op_free(co);
+}
+
+static int create_propose(create_op *co, strata_err *err)
+{
+    catalog_change ch;
+    if (catalog_record_peek(co->rec, co->len, &ch, err) < 0)
+        return -1;
+    meta_cmd cmd;
+    meta_partition *parts = NULL;
+    if (table_create_cmd(co->c, co->rec, co->len, &ch, &cmd, &parts, err) < 0) {
+        free(parts); /* placement may refuse after the array was allocated */
+        return -1;
+    }
+    co->attempts++;
+    int rc = propose_meta(co->c, &cmd, on_create_done, co, err);
+    free(parts);
+    return rc;
+}
+
+static int create_table(rcluster *c, const uint8_t *rec, size_t len, router_cb cb, void *ctx,
+                        strata_err *err)
+{
+    create_op *co = calloc(1, sizeof *co);
+    uint8_t *copy = len ? malloc(len) : NULL;
+    if (co == NULL || copy == NULL) {
+        free(co);
+        free(copy);
+        return strata_err_set(err, ERR_NOMEM, "out of memory");
+    }
+    memcpy(copy, rec, len);
+    *co = (create_op){.c = c, .rec = copy, .len = len, .cb = cb, .ctx = ctx};
+    if (create_propose(co, err) < 0) {
+        create_op_free(co);
+        return -1;
+    }
+    return 0;
+}
+
 int rcluster_catalog_write(rcluster *c, const uint8_t *rec, size_t len, router_cb cb, void *ctx,
                            strata_err *err)
 {
@@ -2573,7 +2691,6 @@ int rcluster_catalog_write(rcluster *c, const uint8_t *rec, size_t len, router_c
         return -1;
     const meta_table *t = meta_table_find_name(c->meta, ch.name, ch.name_len);
     meta_cmd cmd;
-    meta_partition *parts = NULL;
     if (ch.drop) {
         if (t == NULL)
             return strata_err_set(err, ERR_RESOURCE_NOT_FOUND, "Requested resource not found");
@@ -2584,13 +2701,10 @@ int rcluster_catalog_write(rcluster *c, const uint8_t *rec, size_t len, router_c
                          .table_id = t->id,
                          .schema = rec,
                          .schema_len = len};
-    } else if (table_create_cmd(c, rec, len, &ch, &cmd, &parts, err) < 0) {
-        free(parts); /* placement may refuse after the array was allocated */
-        return -1;
+    } else {
+        return create_table(c, rec, len, cb, ctx, err);
     }
-    int rc = propose_meta(c, &cmd, cb, ctx, err);
-    free(parts);
-    return rc;
+    return propose_meta(c, &cmd, cb, ctx, err);
 }
 
 int rcluster_write(rcluster *c, uint32_t table_id, uint64_t hash, const uint8_t *cmd, size_t len,
