@@ -16,6 +16,7 @@
 
 #include "partition.pb-c.h"
 #include "storage/data/codec.h"
+#include "storage/data/json.h"
 #include "storage/data/key.h"
 #include "storage/expr/expr.h"
 #include "storage/lsm/lsm.h"
@@ -300,11 +301,11 @@ static json_t *load_json(const char *text, strata_err *err, bool *failed)
     *failed = false;
     if (!str_present(text))
         return NULL;
-    json_error_t je;
-    json_t *j = json_loads(text, JSON_DECODE_ANY, &je);
+    strata_err je;
+    json_t *j = strata_json_parse(text, strlen(text), STRATA_JSON_DECODE_ANY, &je);
     if (j == NULL) {
         *failed = true;
-        strata_err_set(err, ERR_INTERNAL, "write command carries invalid JSON: %s", je.text);
+        strata_err_set(err, ERR_INTERNAL, "write command carries invalid JSON: %s", je.msg);
     }
     return j;
 }

@@ -19,6 +19,7 @@
 #include <xxhash.h>
 
 #include "node/api_internal.h"
+#include "storage/data/json.h"
 
 #define TARGET_PREFIX "DynamoDB_20120810."
 #define CONTENT_TYPE  "application/x-amz-json-1.0"
@@ -530,8 +531,8 @@ void api_handle(http_request *http, void *data)
     }
     json_t *obj = NULL;
     if (len > 0) {
-        json_error_t jerr;
-        obj = json_loadb((const char *)body, len, JSON_REJECT_DUPLICATES, &jerr);
+        strata_err jerr;
+        obj = strata_json_parse(body, len, STRATA_JSON_REJECT_DUPLICATES, &jerr);
         if (obj == NULL) {
             send_error(http, id, ERR_SERIALIZATION, NULL, NULL);
             return;
