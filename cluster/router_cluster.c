@@ -2360,6 +2360,11 @@ static void reconcile_groups(rcluster *c)
         meta_role role;
         if (!meta_partition_has(mp, c->self, &role) || lpart_find(c, mp->id) != NULL)
             continue;
+        /* A replica that left this node a moment ago: its index is forgotten in memory but
+         * not yet on disk (the flush is on its way), so lsm_durable_index below would
+         * still name the old replica's index. Start it once the forget is durable. */
+        if (lsm_applied_index(c->engine, mp->id) == 0 && lsm_durable_index(c->engine, mp->id) != 0)
+            continue;
         uint64_t voters[META_MAX_MEMBERS];
         size_t nv = 0;
         for (uint32_t k = 0; k < mp->n_members; k++)
@@ -2416,30 +2421,44 @@ static void reconcile_groups(rcluster *c)
     }
 }
 
-/* Deletes a replica's data once the map moved it to other nodes. The replica's group is
- * stopped first, so nothing writes the range again; a failure only leaves space used. */
-/* One engine range delete [lo, hi), recording no log index. ERR_BUSY under back-pressure. */
+/* One engine range delete [lo, hi), recording no log index; with `forget`, the engine
+ * also forgets partition `pid`'s applied index, atomically with the delete. ERR_BUSY under
+ * back-pressure. */
 static int engine_delete_range(rcluster *c, const uint8_t *lo, size_t lo_len, const uint8_t *hi,
-                               size_t hi_len, strata_err *err)
+                               size_t hi_len, bool forget, uint64_t pid, strata_err *err)
 {
     lsm_batch *b = lsm_batch_new();
     if (b == NULL)
         return strata_err_set(err, ERR_NOMEM, "out of memory");
     int rc = lsm_batch_delete_range(b, lo, lo_len, hi, hi_len, err);
     if (rc == 0)
-        rc = lsm_write(c->engine, b, 0, 0, err);
+        rc = forget ? lsm_write_forget(c->engine, b, pid, err) : lsm_write(c->engine, b, 0, 0, err);
     lsm_batch_free(b);
     return rc;
 }
 
+static void on_forget_flushed(void *arg, const strata_err *err)
+{
+    (void)err;
+    kick(arg); /* reconcile may now start a replica of a range it forgot */
+}
+
+/* Deletes a replica's data once the map moved it to other nodes, and the replica's
+ * applied index with it: a replica of the same partition added here later must start
+ * from nothing, not claim the old index over deleted data. The replica's group is stopped
+ * first, so nothing writes the range again. A failure (engine busy) keeps data and index
+ * together, which is a consistent (old) replica: only space stays used. */
 static void delete_replica_data(rcluster *c, const partition_desc *d)
 {
     uint8_t lo[12], hi[12];
     router_partition_bounds(d, lo, hi);
     strata_err err;
-    if (engine_delete_range(c, lo, 12, hi, 12, &err) < 0)
+    if (engine_delete_range(c, lo, 12, hi, 12, true, d->id, &err) < 0) {
         fprintf(stderr, "stratad: partition %" PRIu64 " moved away; its data stays for now\n",
                 d->id);
+        return;
+    }
+    lsm_flush(c->engine, on_forget_flushed, c); /* until then the forget is not durable */
 }
 
 /* Deletes the data of dropped tables (an engine range delete; repeated harmlessly when
@@ -2452,7 +2471,7 @@ static void delete_dropped(rcluster *c)
         put_be(lo, t, 4);
         put_be(hi, t + 1, 4);
         strata_err err;
-        if (engine_delete_range(c, lo, 4, hi, 4, &err) < 0 && err.code == ERR_BUSY)
+        if (engine_delete_range(c, lo, 4, hi, 4, false, 0, &err) < 0 && err.code == ERR_BUSY)
             return; /* next tick */
         c->n_drops--;
     }

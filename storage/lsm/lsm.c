@@ -668,9 +668,15 @@ static void job_work(uv_work_t *req)
     }
 
     if (j->kind == JOB_FLUSH) {
-        u64map *mi = mem_log_indexes(j->mem);
+        /* Forgets first: the memtable's indexes were all recorded after them. Older
+         * memtables flushed before this one, so their indexes go too. */
+        u64map *mf = mem_forgets(j->mem);
         size_t pos = 0;
         uint64_t k, v;
+        while (u64map_next(mf, &pos, &k, &v))
+            u64map_del(j->durable, k);
+        u64map *mi = mem_log_indexes(j->mem);
+        pos = 0;
         while (u64map_next(mi, &pos, &k, &v)) {
             if (!u64map_max(j->durable, k, v)) {
                 strata_err_set(&j->err, ERR_NOMEM, "out of memory");
@@ -1185,6 +1191,22 @@ int lsm_write(lsm *db, const lsm_batch *b, uint64_t range_id, uint64_t log_index
         return -1;
     }
     db->last_seq = seq;
+    return 0;
+}
+
+int lsm_write_forget(lsm *db, const lsm_batch *b, uint64_t range_id, strata_err *err)
+{
+    if (lsm_write(db, b, 0, 0, err) < 0)
+        return -1;
+    /* The write made sure a mutable memtable exists; the forget joins the batch in it. */
+    u64map_del(mem_log_indexes(db->mem), range_id);
+    u64map_del(db->applied, range_id);
+    if (!u64map_max(mem_forgets(db->mem), range_id, 1)) {
+        strata_err_set(&db->bg_err, ERR_NOMEM, "out of memory forgetting a log index");
+        if (err)
+            *err = db->bg_err;
+        return -1;
+    }
     return 0;
 }
 
@@ -1720,7 +1742,8 @@ void lsm_flush(lsm *db, lsm_cb cb, void *arg)
         cb(arg, db->bg_err.code ? &db->bg_err : &e);
         return;
     }
-    if (db->mem && mem_count(db->mem) == 0 && u64map_count(mem_log_indexes(db->mem)) == 0) {
+    if (db->mem && mem_count(db->mem) == 0 && u64map_count(mem_log_indexes(db->mem)) == 0 &&
+        u64map_count(mem_forgets(db->mem)) == 0) {
         mem_unref(db->mem);
         db->mem = NULL;
     }

@@ -109,6 +109,12 @@ int lsm_batch_delete_range(lsm_batch *b, const void *start, size_t slen, const v
  * records nothing). Fails, applying nothing, with ERR_BUSY (back-pressure, see above), or
  * the sticky background error. */
 int lsm_write(lsm *db, const lsm_batch *b, uint64_t range_id, uint64_t log_index, strata_err *err);
+/* lsm_write(b) that also forgets range_id's log index: lsm_durable_index and
+ * lsm_applied_index answer 0 for it until a later write records one. Atomic with b
+ * across a crash (a reopen finds both or neither). For a replica that leaves this node:
+ * b deletes its data, and a replica of the same range created here later starts from
+ * nothing instead of claiming the old replica's index. */
+int lsm_write_forget(lsm *db, const lsm_batch *b, uint64_t range_id, strata_err *err);
 
 /* One-shot: cb runs once writes may succeed again (a memtable slot freed, or a background
  * error, which cb receives). If writes are not blocked now, cb runs before this returns. */

@@ -126,6 +126,8 @@ iter *mem_iter_new(memtable *m); /* holds a reference */
 /* For flush workers: the job holds the reference (refcounts are loop-thread only). */
 iter *mem_iter_new_unpinned(memtable *m);
 u64map *mem_log_indexes(memtable *m);
+/* Ranges whose log index lsm_write_forget dropped while this memtable was mutable. */
+u64map *mem_forgets(memtable *m);
 uint64_t mem_id(const memtable *m);
 void mem_set_id(memtable *m, uint64_t id);
 
@@ -133,6 +135,7 @@ void mem_set_id(memtable *m, uint64_t id);
 u64map *u64map_new(void);
 void u64map_free(u64map *m);
 bool u64map_max(u64map *m, uint64_t k, uint64_t v); /* sets k to max(old, v) */
+void u64map_del(u64map *m, uint64_t k);             /* no-op if absent */
 uint64_t u64map_get(const u64map *m, uint64_t k);
 size_t u64map_count(const u64map *m);
 /* Iterates: *pos starts at 0; returns false at the end. */

@@ -40,6 +40,7 @@ struct memtable {
     rtomb *tombs;
     int ntombs, tomb_cap;
     u64map *log_indexes;
+    u64map *forgets; /* ranges whose log index was forgotten in this memtable (value 1) */
 };
 
 static void *mem_alloc(memtable *m, size_t n)
@@ -106,8 +107,9 @@ memtable *mem_new(size_t chunk_bytes)
     m->height = 1;
     m->rnd = 0x9e3779b9u;
     m->log_indexes = u64map_new();
+    m->forgets = u64map_new();
     m->head = mem_alloc(m, sizeof(mem_node) + MAX_HEIGHT * sizeof(mem_node *));
-    if (m->head == NULL || m->log_indexes == NULL) {
+    if (m->head == NULL || m->log_indexes == NULL || m->forgets == NULL) {
         mem_unref(m);
         return NULL;
     }
@@ -133,6 +135,7 @@ void mem_unref(memtable *m)
         free(m->tombs[i].start);
     free(m->tombs);
     u64map_free(m->log_indexes);
+    u64map_free(m->forgets);
     free(m);
 }
 
@@ -301,6 +304,11 @@ const rtomb *mem_rtombs(const memtable *m, int *n)
 u64map *mem_log_indexes(memtable *m)
 {
     return m->log_indexes;
+}
+
+u64map *mem_forgets(memtable *m)
+{
+    return m->forgets;
 }
 
 uint64_t mem_id(const memtable *m)
@@ -482,6 +490,40 @@ bool u64map_max(u64map *m, uint64_t k, uint64_t v)
         m->vals[s] = v;
     }
     return true;
+}
+
+void u64map_del(u64map *m, uint64_t k)
+{
+    if (k == 0) {
+        if (m->has_zero)
+            m->count--;
+        m->has_zero = false;
+        m->zero_val = 0;
+        return;
+    }
+    if (m->cap == 0)
+        return;
+    size_t mask = m->cap - 1;
+    size_t s = slot_of(k, m->cap);
+    while (m->keys[s] != 0 && m->keys[s] != k)
+        s = (s + 1) & mask;
+    if (m->keys[s] == 0)
+        return;
+    /* Backward shift: an entry after the hole moves into it unless its home slot lies
+     * cyclically in (hole, i], where a lookup would stop before reaching the hole. */
+    size_t hole = s;
+    for (size_t i = (s + 1) & mask; m->keys[i] != 0; i = (i + 1) & mask) {
+        size_t home = slot_of(m->keys[i], m->cap);
+        bool stays = hole < i ? home > hole && home <= i : home > hole || home <= i;
+        if (stays)
+            continue;
+        m->keys[hole] = m->keys[i];
+        m->vals[hole] = m->vals[i];
+        hole = i;
+    }
+    m->keys[hole] = 0;
+    m->vals[hole] = 0;
+    m->count--;
 }
 
 uint64_t u64map_get(const u64map *m, uint64_t k)

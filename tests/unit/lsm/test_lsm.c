@@ -339,6 +339,79 @@ static void durable_foreach_lists_ranges(void **state)
     close_db(&f->loop, db);
 }
 
+/* A forgotten range index goes with the batch written beside it: in memory at once,
+ * durable with the flush of that memtable, never before (a reopen before the flush finds
+ * the old index and the old data together). */
+static void forget_drops_a_range_index_with_its_batch(void **state)
+{
+    fixture *f = *state;
+    lsm *db = open_db(&f->loop, &f->o);
+    put1(db, "a", "1", 5, 10);
+    put1(db, "b", "1", 6, 20);
+    flush_db(&f->loop, db);
+    put1(db, "a", "2", 5, 11); /* in the memtable: forgotten too */
+    lsm_batch *b = lsm_batch_new();
+    strata_err err = {0};
+    assert_int_equal(lsm_batch_delete(b, "a", 1, &err), 0);
+    assert_int_equal(lsm_write_forget(db, b, 5, &err), 0);
+    lsm_batch_free(b);
+    assert_int_equal(lsm_applied_index(db, 5), 0);
+    assert_int_equal(lsm_durable_index(db, 5), 10); /* not flushed yet */
+    assert_int_equal(lsm_applied_index(db, 6), 20);
+    close_db(&f->loop, db); /* drops the memtable: as a crash */
+    db = open_db(&f->loop, &f->o);
+    assert_int_equal(lsm_durable_index(db, 5), 10);
+    char v[8];
+    assert_int_equal(get1(db, NULL, "a", v, sizeof v), 1);
+    b = lsm_batch_new();
+    assert_int_equal(lsm_batch_delete(b, "a", 1, &err), 0);
+    assert_int_equal(lsm_write_forget(db, b, 5, &err), 0);
+    lsm_batch_free(b);
+    put1(db, "c", "1", 5, 3); /* a new replica of range 5 starts over */
+    flush_db(&f->loop, db);
+    assert_int_equal(lsm_durable_index(db, 5), 3);
+    assert_int_equal(lsm_durable_index(db, 6), 20);
+    close_db(&f->loop, db);
+    db = open_db(&f->loop, &f->o);
+    assert_int_equal(lsm_durable_index(db, 5), 3);
+    assert_int_equal(lsm_durable_index(db, 6), 20);
+    assert_int_equal(get1(db, NULL, "a", v, sizeof v), 0);
+    close_db(&f->loop, db);
+}
+
+/* u64map deletion (backward shift) against a model, with long probe chains. */
+static void u64map_delete_keeps_every_other_key(void **state)
+{
+    (void)state;
+    enum { N = 2000 };
+    static uint64_t model[N + 1];
+    memset(model, 0, sizeof model);
+    u64map *m = u64map_new();
+    uint32_t x = 7;
+    for (int round = 0; round < 20000; round++) {
+        x = x * 1103515245u + 12345u;
+        uint64_t k = (x >> 8) % (N + 1); /* key 0 included */
+        if ((x & 3) == 0) {
+            u64map_del(m, k);
+            model[k] = 0;
+        } else {
+            uint64_t v = (x >> 4) % 1000 + 1;
+            assert_true(u64map_max(m, k, v));
+            if (model[k] < v)
+                model[k] = v;
+        }
+        if (round % 1000 == 0) {
+            size_t count = 0;
+            for (uint64_t i = 0; i <= N; i++) {
+                assert_int_equal(u64map_get(m, i), model[i]);
+                count += model[i] != 0;
+            }
+            assert_int_equal(u64map_count(m), count);
+        }
+    }
+    u64map_free(m);
+}
+
 static void range_delete_hides_and_compaction_drops(void **state)
 {
     fixture *f = *state;
@@ -860,6 +933,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(iterator_is_a_point_in_time, setup, teardown),
         cmocka_unit_test_setup_teardown(flush_and_reopen_keeps_data_and_indexes, setup, teardown),
         cmocka_unit_test_setup_teardown(durable_foreach_lists_ranges, setup, teardown),
+        cmocka_unit_test_setup_teardown(forget_drops_a_range_index_with_its_batch, setup,
+                                        teardown),
+        cmocka_unit_test(u64map_delete_keeps_every_other_key),
         cmocka_unit_test_setup_teardown(range_delete_hides_and_compaction_drops, setup, teardown),
         cmocka_unit_test_setup_teardown(range_delete_drops_whole_files, setup, teardown),
         cmocka_unit_test_setup_teardown(snapshot_blocks_range_drop, setup, teardown),
