@@ -298,6 +298,24 @@ void catalog_key_schema(const table_schema *s, partition_key_schema *out)
     }
 }
 
+int catalog_key_schema_copy(const table_schema *s, arena *a, partition_key_schema *out)
+{
+    catalog_key_schema(s, out);
+    char *h = arena_alloc(a, out->hash_name_len + 1);
+    char *r = out->range_name ? arena_alloc(a, out->range_name_len + 1) : NULL;
+    if (h == NULL || (out->range_name && r == NULL))
+        return -1;
+    memcpy(h, out->hash_name, out->hash_name_len);
+    h[out->hash_name_len] = '\0';
+    out->hash_name = h;
+    if (r != NULL) {
+        memcpy(r, out->range_name, out->range_name_len);
+        r[out->range_name_len] = '\0';
+        out->range_name = r;
+    }
+    return 0;
+}
+
 const char *table_status_name(table_status s)
 {
     switch (s) {

@@ -159,6 +159,10 @@ void catalog_table_remove_tag(table_info *t, const char *key);
 
 /* The key schema in the state machine's form (pointers into `s`). */
 void catalog_key_schema(const table_schema *s, partition_key_schema *out);
+/* The same with the names copied into `a`, for a request that may outlive the next catalog
+ * change: a read the router retries after the map (and the catalog) was rebuilt. -1 when
+ * `a` is full. */
+int catalog_key_schema_copy(const table_schema *s, arena *a, partition_key_schema *out);
 
 /* "ACTIVE", "DELETING", ...; "PROVISIONED" / "PAY_PER_REQUEST". */
 const char *table_status_name(table_status s);

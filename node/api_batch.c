@@ -234,7 +234,8 @@ static int get_table_params(api_request *req, const char *name, json_t *spec, ge
         return -1;
     gt->rr.kind = PARTITION_GET;
     gt->rr.table_id = t->schema.table_id;
-    catalog_key_schema(&t->schema, &gt->rr.ks);
+    if (catalog_key_schema_copy(&t->schema, req->arena, &gt->rr.ks) < 0)
+        return strata_err_set(err, ERR_NOMEM, "out of memory");
     gt->rr.consistent = gt->consistent;
     if (proj) {
         gt->rr.project = items_project_cb;

@@ -715,7 +715,10 @@ void api_get_item(api_request *req)
         goto fail;
     g->rr.kind = PARTITION_GET;
     g->rr.table_id = t->schema.table_id;
-    catalog_key_schema(&t->schema, &g->rr.ks);
+    if (catalog_key_schema_copy(&t->schema, req->arena, &g->rr.ks) < 0) {
+        strata_err_set(&err, ERR_NOMEM, "out of memory");
+        goto fail;
+    }
     g->rr.key = key;
     g->rr.consistent = g->consistent;
     if (proj) {

@@ -195,7 +195,10 @@ static const table_info *common_params(api_request *req, read_ctx *c, int *selec
     snprintf(c->table, sizeof c->table, "%s", t->schema.name);
     c->table_id = t->schema.table_id;
     c->rr.table_id = t->schema.table_id;
-    catalog_key_schema(&t->schema, &c->rr.ks);
+    if (catalog_key_schema_copy(&t->schema, req->arena, &c->rr.ks) < 0) {
+        strata_err_set(err, ERR_NOMEM, "out of memory");
+        return NULL;
+    }
     c->rr.consistent = c->consistent;
     buf_init(&c->items, 0);
     return t;
