@@ -39,8 +39,7 @@ static json_t *nomem(parser *ps)
 
 static void skip_ws(parser *ps)
 {
-    while (ps->p < ps->end &&
-           (*ps->p == ' ' || *ps->p == '\n' || *ps->p == '\r' || *ps->p == '\t'))
+    while (ps->p < ps->end && (*ps->p == ' ' || *ps->p == '\n' || *ps->p == '\r' || *ps->p == '\t'))
         ps->p++;
 }
 
@@ -279,6 +278,21 @@ static json_t *parse_literal(parser *ps, const char *word, json_t *value)
     return value;
 }
 
+/* After a member or element: 1 when a ',' announces another, 0 when `close` ends the
+ * container, -1 (err set) otherwise. Consumes what it read. */
+static int next_or_close(parser *ps, uint8_t close, const char *expected)
+{
+    skip_ws(ps);
+    if (ps->p < ps->end && (*ps->p == ',' || *ps->p == close)) {
+        bool more = *ps->p++ == ',';
+        if (more)
+            skip_ws(ps);
+        return more ? 1 : 0;
+    }
+    fail(ps, expected);
+    return -1;
+}
+
 static json_t *parse_object(parser *ps)
 {
     json_t *obj = json_object();
@@ -335,18 +349,11 @@ static json_t *parse_object(parser *ps)
                 nomem(ps);
             goto bad;
         }
-        skip_ws(ps);
-        if (ps->p < ps->end && *ps->p == ',') {
-            ps->p++;
-            skip_ws(ps);
-            continue;
-        }
-        if (ps->p < ps->end && *ps->p == '}') {
-            ps->p++;
+        int more = next_or_close(ps, '}', "',' or '}' expected");
+        if (more == 0)
             return obj;
-        }
-        fail(ps, "',' or '}' expected");
-        goto bad;
+        if (more < 0)
+            goto bad;
     }
 bad:
     json_decref(obj);
@@ -372,18 +379,11 @@ static json_t *parse_array(parser *ps)
             nomem(ps);
             goto bad;
         }
-        skip_ws(ps);
-        if (ps->p < ps->end && *ps->p == ',') {
-            ps->p++;
-            skip_ws(ps);
-            continue;
-        }
-        if (ps->p < ps->end && *ps->p == ']') {
-            ps->p++;
+        int more = next_or_close(ps, ']', "',' or ']' expected");
+        if (more == 0)
             return arr;
-        }
-        fail(ps, "',' or ']' expected");
-        goto bad;
+        if (more < 0)
+            goto bad;
     }
 bad:
     json_decref(arr);
@@ -438,8 +438,8 @@ static json_t *parse_value(parser *ps)
 json_t *strata_json_parse(const void *text, size_t len, int flags, strata_err *err)
 {
     strata_err_clear(err);
-    parser ps = {.start = text, .p = text, .end = (const uint8_t *)text + len, .flags = flags,
-                 .err = err};
+    parser ps = {
+        .start = text, .p = text, .end = (const uint8_t *)text + len, .flags = flags, .err = err};
     buf_init(&ps.scratch, 0);
     skip_ws(&ps);
     json_t *v = NULL;

@@ -119,7 +119,7 @@ static void strings(void **state)
     ok("\"\\\" \\\\ \\/ \\b \\f \\n \\r \\t\"");
     ok("\"\\u00e9\\u20AC\\ud83d\\ude00\"");
     ok("\"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\""); /* the same, raw */
-    ok("\"\xf4\x8f\xbf\xbf\"");                    /* U+10FFFF */
+    ok("\"\xf4\x8f\xbf\xbf\"");                     /* U+10FFFF */
     bad("\"\\u0000\"");
     bad("\"\\ud800\"");        /* lone high surrogate */
     bad("\"\\ud800\\u0041\""); /* high surrogate, then not a low one */
@@ -129,9 +129,9 @@ static void strings(void **state)
     bad("\"\\u12g4\"");
     bad("\"tab\there\"");
     bad("\"unterminated");
-    bad("\"\xc0\xaf\"");     /* overlong '/' */
-    bad("\"\xe0\x80\xaf\""); /* overlong */
-    bad("\"\xed\xa0\x80\""); /* UTF-8 encoded surrogate */
+    bad("\"\xc0\xaf\"");         /* overlong '/' */
+    bad("\"\xe0\x80\xaf\"");     /* overlong */
+    bad("\"\xed\xa0\x80\"");     /* UTF-8 encoded surrogate */
     bad("\"\xf4\x90\x80\x80\""); /* above U+10FFFF */
     bad("\"\xc3\"");             /* truncated */
     bad("\"\x80\"");
@@ -207,12 +207,9 @@ static void input_is_not_read_past_its_length(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(structure),
-        cmocka_unit_test(numbers),
-        cmocka_unit_test(strings),
-        cmocka_unit_test(objects_and_keys),
-        cmocka_unit_test(nesting_depth),
-        cmocka_unit_test(input_is_not_read_past_its_length),
+        cmocka_unit_test(structure),     cmocka_unit_test(numbers),
+        cmocka_unit_test(strings),       cmocka_unit_test(objects_and_keys),
+        cmocka_unit_test(nesting_depth), cmocka_unit_test(input_is_not_read_past_its_length),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -151,4 +151,31 @@ static inline int get1(lsm *db, const lsm_snapshot *s, const char *k, char *out,
     return rc;
 }
 
+/* A loop and a scratch directory per test (cmocka setup/teardown). */
+typedef struct {
+    uv_loop_t loop;
+    char dir[64];
+    lsm_options o;
+} fixture;
+
+static inline int fixture_setup(void **state)
+{
+    fixture *f = calloc(1, sizeof *f);
+    uv_loop_init(&f->loop);
+    make_tmpdir(f->dir, sizeof f->dir);
+    f->o.dir = f->dir;
+    *state = f;
+    return 0;
+}
+
+static inline int fixture_teardown(void **state)
+{
+    fixture *f = *state;
+    uv_run(&f->loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&f->loop), 0);
+    rm_rf(f->dir);
+    free(f);
+    return 0;
+}
+
 #endif

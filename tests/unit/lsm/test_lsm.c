@@ -5,32 +5,6 @@
 
 #include "storage/lsm/lsm_int.h"
 
-typedef struct {
-    uv_loop_t loop;
-    char dir[64];
-    lsm_options o;
-} fixture;
-
-static int setup(void **state)
-{
-    fixture *f = calloc(1, sizeof *f);
-    uv_loop_init(&f->loop);
-    make_tmpdir(f->dir, sizeof f->dir);
-    f->o.dir = f->dir;
-    *state = f;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    fixture *f = *state;
-    uv_run(&f->loop, UV_RUN_DEFAULT);
-    assert_int_equal(uv_loop_close(&f->loop), 0);
-    rm_rf(f->dir);
-    free(f);
-    return 0;
-}
-
 static void batch_validates_inputs(void **state)
 {
     (void)state;
@@ -925,30 +899,44 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(batch_validates_inputs),
-        cmocka_unit_test_setup_teardown(open_rejects_bad_options, setup, teardown),
-        cmocka_unit_test_setup_teardown(put_get_delete_in_memtable, setup, teardown),
-        cmocka_unit_test_setup_teardown(snapshot_sees_the_past, setup, teardown),
-        cmocka_unit_test_setup_teardown(iterators_over_memtable, setup, teardown),
-        cmocka_unit_test_setup_teardown(iterators_over_files_and_memtable, setup, teardown),
-        cmocka_unit_test_setup_teardown(iterator_is_a_point_in_time, setup, teardown),
-        cmocka_unit_test_setup_teardown(flush_and_reopen_keeps_data_and_indexes, setup, teardown),
-        cmocka_unit_test_setup_teardown(durable_foreach_lists_ranges, setup, teardown),
-        cmocka_unit_test_setup_teardown(forget_drops_a_range_index_with_its_batch, setup,
-                                        teardown),
+        cmocka_unit_test_setup_teardown(open_rejects_bad_options, fixture_setup, fixture_teardown),
+        cmocka_unit_test_setup_teardown(put_get_delete_in_memtable, fixture_setup,
+                                        fixture_teardown),
+        cmocka_unit_test_setup_teardown(snapshot_sees_the_past, fixture_setup, fixture_teardown),
+        cmocka_unit_test_setup_teardown(iterators_over_memtable, fixture_setup, fixture_teardown),
+        cmocka_unit_test_setup_teardown(iterators_over_files_and_memtable, fixture_setup,
+                                        fixture_teardown),
+        cmocka_unit_test_setup_teardown(iterator_is_a_point_in_time, fixture_setup,
+                                        fixture_teardown),
+        cmocka_unit_test_setup_teardown(flush_and_reopen_keeps_data_and_indexes, fixture_setup,
+                                        fixture_teardown),
+        cmocka_unit_test_setup_teardown(durable_foreach_lists_ranges, fixture_setup,
+                                        fixture_teardown),
+        cmocka_unit_test_setup_teardown(forget_drops_a_range_index_with_its_batch, fixture_setup,
+                                        fixture_teardown),
         cmocka_unit_test(u64map_delete_keeps_every_other_key),
-        cmocka_unit_test_setup_teardown(range_delete_hides_and_compaction_drops, setup, teardown),
-        cmocka_unit_test_setup_teardown(range_delete_drops_whole_files, setup, teardown),
-        cmocka_unit_test_setup_teardown(snapshot_blocks_range_drop, setup, teardown),
-        cmocka_unit_test_setup_teardown(backpressure_and_memory_bound, setup, teardown),
-        cmocka_unit_test_setup_teardown(block_cache_is_bounded, setup, teardown),
-        cmocka_unit_test_setup_teardown(randomized_against_model, setup, teardown),
-        cmocka_unit_test_setup_teardown(obsolete_files_outlive_their_readers, setup, teardown),
-        cmocka_unit_test_setup_teardown(open_removes_only_orphan_tables, setup, teardown),
-        cmocka_unit_test_setup_teardown(background_error_is_sticky, setup, teardown),
-        cmocka_unit_test_setup_teardown(close_waits_for_running_job, setup, teardown),
-        cmocka_unit_test_setup_teardown(level0_file_count_stops_writes, setup, teardown),
-        cmocka_unit_test_setup_teardown(big_keys_and_values_survive_flush_and_reopen, setup,
-                                        teardown),
+        cmocka_unit_test_setup_teardown(range_delete_hides_and_compaction_drops, fixture_setup,
+                                        fixture_teardown),
+        cmocka_unit_test_setup_teardown(range_delete_drops_whole_files, fixture_setup,
+                                        fixture_teardown),
+        cmocka_unit_test_setup_teardown(snapshot_blocks_range_drop, fixture_setup,
+                                        fixture_teardown),
+        cmocka_unit_test_setup_teardown(backpressure_and_memory_bound, fixture_setup,
+                                        fixture_teardown),
+        cmocka_unit_test_setup_teardown(block_cache_is_bounded, fixture_setup, fixture_teardown),
+        cmocka_unit_test_setup_teardown(randomized_against_model, fixture_setup, fixture_teardown),
+        cmocka_unit_test_setup_teardown(obsolete_files_outlive_their_readers, fixture_setup,
+                                        fixture_teardown),
+        cmocka_unit_test_setup_teardown(open_removes_only_orphan_tables, fixture_setup,
+                                        fixture_teardown),
+        cmocka_unit_test_setup_teardown(background_error_is_sticky, fixture_setup,
+                                        fixture_teardown),
+        cmocka_unit_test_setup_teardown(close_waits_for_running_job, fixture_setup,
+                                        fixture_teardown),
+        cmocka_unit_test_setup_teardown(level0_file_count_stops_writes, fixture_setup,
+                                        fixture_teardown),
+        cmocka_unit_test_setup_teardown(big_keys_and_values_survive_flush_and_reopen, fixture_setup,
+                                        fixture_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

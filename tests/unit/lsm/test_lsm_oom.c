@@ -50,34 +50,15 @@ void *__wrap_realloc(void *p, size_t n)
     return should_fail() ? NULL : __real_realloc(p, n);
 }
 
-typedef struct {
-    uv_loop_t loop;
-    char dir[64];
-    lsm_options o;
-} fixture;
-
 static int setup(void **state)
 {
-    fixture *f = calloc(1, sizeof *f);
-    uv_loop_init(&f->loop);
-    make_tmpdir(f->dir, sizeof f->dir);
-    f->o.dir = f->dir;
+    fixture_setup(state);
+    fixture *f = *state;
     f->o.no_compaction = true;
     /* Small output files: a compaction writes several, so its install adds several. */
     f->o.table_file_bytes = 2048;
     f->o.block_bytes = 256;
     loop_thread = pthread_self();
-    *state = f;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    fixture *f = *state;
-    uv_run(&f->loop, UV_RUN_DEFAULT);
-    assert_int_equal(uv_loop_close(&f->loop), 0);
-    rm_rf(f->dir);
-    free(f);
     return 0;
 }
 
@@ -101,8 +82,7 @@ static void expect_range(lsm *db, int from, int to)
 }
 
 /* Runs `op` (flush or compact) with the countdown armed; returns the callback's code. */
-static strata_code run_armed(fixture *f, lsm *db, void (*op)(lsm *, lsm_cb, void *),
-                             long countdown)
+static strata_code run_armed(fixture *f, lsm *db, void (*op)(lsm *, lsm_cb, void *), long countdown)
 {
     waitcb w = {0};
     fail_countdown = countdown;
@@ -164,9 +144,9 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(flush_survives_every_allocation_failure, setup,
-                                        teardown),
+                                        fixture_teardown),
         cmocka_unit_test_setup_teardown(compaction_survives_every_allocation_failure, setup,
-                                        teardown),
+                                        fixture_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
