@@ -272,7 +272,10 @@ static bool shift_one_leader(const meta_state *s, meta_partition *sim, size_t np
     return false;
 }
 
-int placement_leaders(const meta_state *s, placement_leader **out, size_t *n, strata_err *err)
+/* Hints that must move (0, or a node that cannot lead) go to the voter that can lead
+ * with the fewest hints; with `balance`, chains of moves then even out the counts. */
+static int plan_leaders(const meta_state *s, bool balance, placement_leader **out, size_t *n,
+                        strata_err *err)
 {
     *out = NULL;
     *n = 0;
@@ -309,7 +312,7 @@ int placement_leaders(const meta_state *s, placement_leader **out, size_t *n, st
             leads[best]++;
     }
     /* Each shift lowers the sum of squared leader counts, so this ends. */
-    while (shift_one_leader(s, sim, np, leads, prev_node, prev_part, seen, queue))
+    while (balance && shift_one_leader(s, sim, np, leads, prev_node, prev_part, seen, queue))
         ;
     size_t changed = 0;
     for (size_t pi = 0; pi < np; pi++)
@@ -334,6 +337,16 @@ done:
     free(queue);
     free(seen);
     return rc;
+}
+
+int placement_leaders(const meta_state *s, placement_leader **out, size_t *n, strata_err *err)
+{
+    return plan_leaders(s, true, out, n, err);
+}
+
+int placement_leaders_fix(const meta_state *s, placement_leader **out, size_t *n, strata_err *err)
+{
+    return plan_leaders(s, false, out, n, err);
 }
 
 /* ------------------------------------------------------------------ moves */

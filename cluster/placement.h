@@ -40,8 +40,15 @@ typedef struct {
 int placement_new_table(const meta_state *s, uint32_t table_id, size_t n, uint64_t first_id,
                         meta_partition *out, strata_err *err);
 
-/* Leader-hint changes that even out leaders over ACTIVE nodes (*out heap, free()). */
+/* Leader-hint changes that even out leaders over ACTIVE nodes (*out heap, free()). A hint
+ * that is 0 or names a node that cannot lead (not ACTIVE: DRAINING, DOWN...) always
+ * moves, to an ACTIVE voter (stays 0 if the partition has none). Apply the changes in
+ * order: each is a META_CMD_SET_LEADER; only the whole list is balanced. */
 int placement_leaders(const meta_state *s, placement_leader **out, size_t *n, strata_err *err);
+
+/* Only the hints that must move (as above), each to the ACTIVE voter with the fewest
+ * hints: what a drain needs before its replicas move, without any balancing shuffle. */
+int placement_leaders_fix(const meta_state *s, placement_leader **out, size_t *n, strata_err *err);
 
 /* Moves that take every replica off `node` (normally DRAINING). */
 int placement_drain(const meta_state *s, uint64_t node, placement_move **out, size_t *n,

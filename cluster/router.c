@@ -27,6 +27,8 @@
 #include <sys/stat.h>
 #include <string.h>
 
+#include "cluster/capacity.h"
+#include "storage/data/key.h"
 #include "storage/lsm/lsm.h"
 #include "storage/wal/wal.h"
 
@@ -54,6 +56,9 @@ typedef struct job {
     strata_err log_err;
     router_cb cb;
     void *ctx;
+    uint32_t table_id; /* JOB_PARTITION: for the capacity charge */
+    uint64_t hash;     /* JOB_PARTITION: the item's key hash (hot-key sample) */
+    int64_t reserved;  /* JOB_PARTITION: capacity taken at admission (nano-units) */
     size_t len;
     uint8_t cmd[]; /* copy of the command or record */
 } job;
@@ -90,6 +95,7 @@ struct router {
     uv_timer_t retry_timer; /* resumes the apply queue after the engine pushed back */
     buf result;             /* reused for apply results */
     lsm_batch *batch;       /* reused for catalog writes */
+    capacity *cap;          /* token buckets of every partition (all are served here) */
 };
 
 /* ---- partition states ---- */
@@ -344,6 +350,9 @@ static int apply_job(router *r, job *j)
         if (ps->stats.size_bytes < 0)
             ps->stats.size_bytes = 0;
     }
+    uint64_t units = r->ops.write_units(r->result.data, r->result.len);
+    capacity_charge(r->cap, j->table_id, j->group, CAP_WRITE, (int64_t)units * CAP_NANO,
+                    j->reserved, true, j->hash, uv_now(r->loop));
     j->cb(j->ctx, NULL, r->result.data, r->result.len);
     return 0;
 }
@@ -442,10 +451,91 @@ int router_write(router *r, uint32_t table_id, uint64_t hash, const uint8_t *cmd
     if (ps == NULL)
         return strata_err_set(err, ERR_INTERNAL, "partition %llu has no state",
                               (unsigned long long)p->id);
-    return enqueue(r, JOB_PARTITION, p->id, &ps->next_index, cmd, len, cb, ctx, err);
+    const table_info *t = catalog_find_id(r->cat, table_id);
+    int64_t reserve = router_write_reserve(len);
+    if (router_admit(r->cap, t, p->id, t != NULL ? (uint32_t)t->n_partitions : 1, CAP_WRITE,
+                     reserve, uv_now(r->loop), err) < 0)
+        return -1;
+    if (enqueue(r, JOB_PARTITION, p->id, &ps->next_index, cmd, len, cb, ctx, err) < 0)
+        return -1;
+    r->tail->table_id = table_id;
+    r->tail->hash = hash;
+    r->tail->reserved = reserve;
+    return 0;
+}
+
+/* ---- capacity (shared with router_cluster.c) ---- */
+
+int router_admit(capacity *cap, const table_info *t, uint64_t partition_id, uint32_t n_local,
+                 cap_kind k, int64_t reserve_nano, uint64_t now_ms, strata_err *err)
+{
+    if (t == NULL)
+        return 0; /* the caller reports the missing table */
+    cap_table_conf conf = capacity_conf_of(t, n_local);
+    return capacity_admit(cap, t->schema.table_id, partition_id, &conf, k, reserve_nano, now_ms,
+                          err);
+}
+
+int64_t router_write_reserve(size_t cmd_len)
+{
+    uint64_t units = (cmd_len + 1023) / 1024;
+    return (int64_t)(units > 0 ? units : 1) * CAP_NANO;
+}
+
+int64_t router_read_reserve(const partition_read_req *req)
+{
+    return capacity_nano(partition_read_units(0, req->consistent));
+}
+
+int router_admit_read(capacity *cap, const table_info *t, uint64_t partition_id, uint32_t n_local,
+                      const partition_read_req *req, uint64_t now_ms, strata_err *err)
+{
+    return router_admit(cap, t, partition_id, n_local, CAP_READ, router_read_reserve(req), now_ms,
+                        err);
+}
+
+void router_charge_read(capacity *cap, uint64_t partition_id, const partition_read_req *req,
+                        const partition_read_res *res, uint64_t now_ms)
+{
+    uint64_t hash = 0;
+    bool has_key = false;
+    const av *pk = NULL;
+    if (req->kind == PARTITION_GET && req->key != NULL && req->key->type == AV_M)
+        pk = av_map_get(req->key, req->ks.hash_name, req->ks.hash_name_len);
+    else if (req->kind == PARTITION_QUERY)
+        pk = req->hash_value;
+    if (pk != NULL) {
+        hash = key_hash(pk);
+        has_key = true;
+    }
+    int64_t nano = capacity_nano(partition_read_units(res->bytes_read, req->consistent));
+    capacity_charge(cap, req->table_id, partition_id, CAP_READ, nano, router_read_reserve(req),
+                    has_key, hash, now_ms);
+}
+
+uint64_t router_default_write_units(const uint8_t *result, size_t len)
+{
+    arena a;
+    arena_init(&a, 0);
+    partition_write_result r;
+    uint64_t units = 1;
+    if (partition_result_decode(result, len, &a, &r, NULL) == 0)
+        units = partition_write_units(&r);
+    arena_free(&a);
+    return units;
 }
 
 /* ---- reads ---- */
+
+/* Reads are admitted where they run, one after the other, so each one sees what the
+ * reads before it consumed (a batch of 100 reads queued together stops at the credit). */
+static int admit_read(router *r, const partition_desc *p, const partition_read_req *req,
+                      strata_err *err)
+{
+    const table_info *t = catalog_find_id(r->cat, p->table_id);
+    return router_admit_read(r->cap, t, p->id, t != NULL ? (uint32_t)t->n_partitions : 1, req,
+                             uv_now(r->loop), err);
+}
 
 static void run_reads(uv_idle_t *h)
 {
@@ -467,9 +557,11 @@ static void run_reads(uv_idle_t *h)
         } else if (p == NULL || p->table_id != rj->table_id) {
             strata_err_set(&err, ERR_RESOURCE_NOT_FOUND, "Requested resource not found");
             rj->cb(rj->ctx, &err, NULL);
-        } else if (r->ops.read(r->engine, p, rj->req, rj->arena, &res, &err) < 0) {
+        } else if (admit_read(r, p, rj->req, &err) < 0 ||
+                   r->ops.read(r->engine, p, rj->req, rj->arena, &res, &err) < 0) {
             rj->cb(rj->ctx, &err, NULL);
         } else {
+            router_charge_read(r->cap, p->id, rj->req, &res, uv_now(r->loop));
             rj->cb(rj->ctx, NULL, &res);
         }
         free(rj);
@@ -547,6 +639,11 @@ partition_stats router_table_stats(const router *r, uint32_t table_id)
     return sum;
 }
 
+capacity *router_capacity(router *r)
+{
+    return r->cl != NULL ? rcluster_capacity(r->cl) : r->cap;
+}
+
 const char *router_region(const router *r)
 {
     return r->region;
@@ -568,6 +665,13 @@ int router_node_state(router *r, uint64_t node, const char *state, router_cb cb,
     if (r->cl == NULL)
         return strata_err_set(err, ERR_VALIDATION, "This node is not part of a cluster");
     return rcluster_node_state(r->cl, node, state, cb, ctx, err);
+}
+
+int router_rebalance_leaders(router *r, router_cb cb, void *ctx, strata_err *err)
+{
+    if (r->cl == NULL)
+        return strata_err_set(err, ERR_VALIDATION, "This node is not part of a cluster");
+    return rcluster_rebalance_leaders(r->cl, cb, ctx, err);
 }
 
 void router_digests_json(router *r, buf *out)
@@ -834,6 +938,8 @@ router *router_open(const router_config *cfg, strata_err *err)
     }
     r->loop = cfg->loop;
     r->ops = cfg->ops;
+    if (r->ops.write_units == NULL)
+        r->ops.write_units = router_default_write_units;
     if (cfg->cluster != NULL) {
         r->region = strdup(cfg->region ? cfg->region : "us-east-1");
         r->cl = r->region != NULL ? rcluster_open(cfg, err) : NULL;
@@ -851,10 +957,11 @@ router *router_open(const router_config *cfg, strata_err *err)
     r->region = strdup(cfg->region ? cfg->region : "us-east-1");
     r->cat = catalog_new();
     r->batch = lsm_batch_new();
+    r->cap = capacity_new();
     buf_init(&r->result, 0);
     char *lsm_dir = router_path_join(cfg->data_dir, "engine");
     char *wal_dir = router_path_join(cfg->data_dir, "log");
-    bool ok = r->region && r->cat && r->batch && lsm_dir && wal_dir;
+    bool ok = r->region && r->cat && r->batch && r->cap && lsm_dir && wal_dir;
     if (!ok)
         strata_err_set(err, ERR_NOMEM, "out of memory");
     if (ok && router_mkdir_p(cfg->data_dir, err) < 0)
@@ -932,6 +1039,7 @@ void router_close(router *r)
         uv_run(r->loop, UV_RUN_NOWAIT); /* runs the close callbacks */
     lsm_batch_free(r->batch);
     buf_free(&r->result);
+    capacity_free(r->cap);
     catalog_free(r->cat);
     free(r->parts);
     free(r->region);

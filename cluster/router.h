@@ -65,6 +65,9 @@ typedef struct {
  * result_stats (may be NULL): the change of the partition's item count and size caused
  *   by a command, from its result bytes (for ItemCount / TableSizeBytes).
  * read (may be NULL: partition_read): runs a read on the local engine.
+ * write_units (may be NULL: partition_result_decode + partition_write_units, and 1 for
+ *   bytes that do not decode): the write capacity units a command consumed, from its
+ *   result bytes (charged to the partition's capacity, cluster/capacity.h).
  */
 typedef struct {
     int (*apply)(struct lsm *engine, const partition_desc *p, const uint8_t *cmd, size_t cmd_len,
@@ -72,6 +75,7 @@ typedef struct {
     void (*result_stats)(const uint8_t *result, size_t len, partition_stats *delta);
     int (*read)(struct lsm *engine, const partition_desc *p, const partition_read_req *req, arena *a,
                 partition_read_res *res, strata_err *err);
+    uint64_t (*write_units)(const uint8_t *result, size_t len);
 } router_ops;
 
 /*
@@ -210,6 +214,22 @@ const partition_desc *router_partition_for_hash(const router *r, uint32_t table_
 /* Sum of the partitions' statistics for ItemCount / TableSizeBytes. */
 partition_stats router_table_stats(const router *r, uint32_t table_id);
 
+/*
+ * Capacity (cluster/capacity.h). Where a partition operation executes (one node: here;
+ * a cluster: on the partition leader for writes and strong reads, on the answering
+ * replica for eventual reads) it is first admitted against the partition's token
+ * buckets and, once it ran, charged with DynamoDB's units (writes: write_units of the
+ * result; reads: partition_read_units of bytes_read and req->consistent). A refused
+ * operation fails with ERR_THROUGHPUT_EXCEEDED and DynamoDB's message, before anything
+ * is logged or read: from router_write/router_read (-1) on one node, through the
+ * callback in a cluster; callers handle both. The table's settings are read from the
+ * catalog at every admission, so UpdateTable takes effect on the next request.
+ * router_capacity is the node's capacity state, for metrics and for the API layer's
+ * ThrottledRequests count (capacity_note_throttled_request). Never NULL.
+ */
+struct capacity;
+struct capacity *router_capacity(router *r);
+
 /* Region for ARNs (router_config.region). */
 const char *router_region(const router *r);
 
@@ -231,6 +251,15 @@ void router_status_json(router *r, buf *out);
  * on one node (no cluster). */
 int router_node_state(router *r, uint64_t node, const char *state, router_cb cb, void *ctx,
                       strata_err *err);
+
+/* Rebalances partition leaders (an operator's command): plans balanced leader hints from
+ * this node's map (placement_leaders: even leader counts over ACTIVE nodes) and proposes
+ * them; partition leaders then hand their leadership to the hinted voters (the scheduler
+ * does the same by itself, this does it now). `cb` runs once this node's map holds every
+ * change (inside the call when there is none), with `result` the number of hints changed
+ * as decimal text. ERR_VALIDATION on one node (no cluster), ERR_UNAVAILABLE before the
+ * node knows the cluster map. */
+int router_rebalance_leaders(router *r, router_cb cb, void *ctx, strata_err *err);
 
 /* Appends {"node_id", "replicas": [{"partition", "applied_index", "commit_index", "items",
  * "digest", "complete"}]} (GET /admin/digests): an xxh3 over every key and value of each

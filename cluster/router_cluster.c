@@ -15,6 +15,8 @@
  *   MSG_PART_READ     varint partition | u8 consistent | varint min index | raw read
  *                     request -> raw result
  *   MSG_GROUP_STATUS  varint partition -> u8 caught up (for promoting a learner)
+ *   MSG_PART_STATS    item counts and sizes of the partitions the sender leads
+ *                     (cluster/pstats.h), every STATS_PUSH_MS        (fire and forget)
  *   MSG_SNAP_CHUNK    varint partition | varint session | start key -> varint applied
  *                     index | u8 done | varint next-key length | next key |
  *                     (varint klen | key | varint vlen | value)*
@@ -52,6 +54,7 @@
 
 #include "cluster/meta.h"
 #include "cluster/placement.h"
+#include "cluster/pstats.h"
 #include "cluster/raft/raft_host_uv.h"
 #include "cluster/raft/raft_wal.h"
 #include "rpc/rpc.h"
@@ -67,6 +70,7 @@ enum {
     MSG_PART_READ = 6,
     MSG_SNAP_CHUNK = 7,
     MSG_GROUP_STATUS = 8,
+    MSG_PART_STATS = 9,
 };
 
 #define META_GROUP           0
@@ -75,6 +79,7 @@ enum {
 #define ATTEMPT_DEADLINE_MS  3000 /* one rpc attempt */
 #define TICK_MS              100
 #define META_FETCH_MS        500
+#define STATS_PUSH_MS        2000 /* partition statistics to the other nodes */
 #define JOIN_CALL_MS         1000
 #define BACKOFF_MIN_MS       5
 #define BACKOFF_MAX_MS       200
@@ -89,6 +94,13 @@ enum {
 #define COMPACT_MAX_LAG      (1u << 18) /* entries kept for a slow member before it must copy */
 #define DOWN_AFTER_MS        10000      /* unreachable from the meta leader this long: DOWN */
 #define REPLACE_AFTER_MS     300000
+/* Leadership follows the map's leader hints (see follow_map_leaders). */
+#define TRANSFER_SETTLE_MS      2000 /* a node leads this long before handing leadership over */
+#define TRANSFER_GAP_MS         100  /* between two transfers started by one node */
+#define TRANSFER_MAX_LAG        32   /* entries the target may lag when the transfer starts */
+#define TRANSFER_BACKOFF_MS     1000 /* after a failed transfer; doubles, up to the max */
+#define TRANSFER_BACKOFF_MAX_MS 16000
+#define LEADER_PLAN_MS          1000 /* the scheduler re-plans balanced hints at most this often */
 
 typedef struct lpart {
     uint64_t id;
@@ -96,6 +108,10 @@ typedef struct lpart {
     partition_stats stats;
     bool busy;     /* apply refused by the engine: resume once it is writable */
     bool poisoned; /* a snapshot copy was cut short: the state is partial, apply nothing */
+    /* Leadership transfer toward the map's hint: the term in which this node last took
+     * the lead and when (0: not leading), and when a failed transfer may be tried again. */
+    uint64_t lead_term, lead_since, transfer_retry_at;
+    unsigned transfer_failures;
 } lpart;
 
 /* A snapshot copy into this node (fsm.install). */
@@ -143,6 +159,7 @@ struct op {
     void *ctx;
     const partition_read_req *req; /* OP_READ */
     arena *arena;
+    uint64_t hash; /* OP_WRITE: the item's key hash (hot-key sample) */
     size_t len;
     uint8_t data[]; /* OP_WRITE: the command; OP_META: the meta record */
 };
@@ -222,14 +239,22 @@ struct rcluster {
     session *sessions;
     uint64_t last_compact;
     size_t memtable_bytes;
-    uint64_t replace_after_ms; /* replicas of a node DOWN this long are re-created */
-    bool sched_busy;           /* the scheduler waits for its last command or probe */
+    uint64_t replace_after_ms;   /* replicas of a node DOWN this long are re-created */
+    bool sched_busy;             /* the scheduler waits for its last command or probe */
+    unsigned transfers;          /* leadership transfers in flight from this node */
+    uint64_t last_transfer;      /* when this node last started one */
+    placement_leader *lead_plan; /* meta leader: hint changes still to propose, in order */
+    size_t lead_plan_n, lead_plan_next;
+    uint64_t lead_planned; /* when the last balancing plan was made */
     op *retry_head;
     size_t n_ops;
     uv_timer_t tick, kick, retry;
     bool kick_armed;
     bool closing;
     buf scratch;
+    capacity *cap; /* token buckets of the partitions this node serves (router.h) */
+    pstats *heard;              /* partition statistics from their leaders (MSG_PART_STATS) */
+    uint64_t last_stats_push;
 };
 
 static void kick(rcluster *c);
@@ -241,6 +266,29 @@ static void reconcile(rcluster *c);
 static uint64_t now_ms(const rcluster *c)
 {
     return uv_now(c->loop);
+}
+
+/* Capacity (router.h): the pool of a table on this node spans the partitions it leads. */
+static uint32_t cap_local(const rcluster *c, const table_info *t)
+{
+    uint32_t n = 0;
+    for (size_t i = 0; i < t->n_partitions; i++)
+        if (raft_host_is_leader(c->host, t->partitions[i].id))
+            n++;
+    return n > 0 ? n : 1;
+}
+
+static int cap_admit(rcluster *c, uint32_t table_id, uint64_t pid, cap_kind k, int64_t reserve_nano,
+                     strata_err *err)
+{
+    const table_info *t = catalog_find_id(c->cat, table_id);
+    return router_admit(c->cap, t, pid, t != NULL ? cap_local(c, t) : 1, k, reserve_nano, now_ms(c),
+                        err);
+}
+
+capacity *rcluster_capacity(rcluster *c)
+{
+    return c->cap;
 }
 
 /* Wall-clock milliseconds: the time meta commands carry (compared across nodes, e.g. how
@@ -690,12 +738,21 @@ static uint64_t pick_leader(rcluster *c, const meta_partition *mp, unsigned atte
 
 /* ------------------------------------------------------------------ writes */
 
+/* The leader applies commands without knowing their key, so the node that routed a
+ * write samples its key hash for hot-key reporting (capacity_sample_key). */
+static void sample_write_key(op *o, const uint8_t *result, size_t len)
+{
+    int64_t nano = (int64_t)o->c->sm.write_units(result, len) * CAP_NANO;
+    capacity_sample_key(o->c->cap, o->table_id, o->pid, o->hash, nano, now_ms(o->c));
+}
+
 static void on_local_write(void *data, const raft_host_outcome *out)
 {
     op *o = data;
     o->in_flight = false;
     if (out->code == ERR_NONE) {
         seen_note(o->c, o->pid, out->index);
+        sample_write_key(o, out->result, out->result_len);
         o->wcb(o->ctx, NULL, out->result, out->result_len);
         op_free(o);
         return;
@@ -721,6 +778,7 @@ static void on_remote_write(void *ctx, int status, const strata_err *err, const 
             return;
         }
         seen_note(o->c, o->pid, index);
+        sample_write_key(o, data + (len - rd_left(&r)), rd_left(&r));
         o->wcb(o->ctx, NULL, data + (len - rd_left(&r)), rd_left(&r));
         op_free(o);
         return;
@@ -754,6 +812,11 @@ static void write_attempt(op *o)
         return;
     }
     if (target == c->self) {
+        if (raft_host_is_leader(c->host, o->pid) &&
+            cap_admit(c, o->table_id, o->pid, CAP_WRITE, router_write_reserve(o->len), &err) < 0) {
+            op_fail(o, &err); /* throttled where the write would execute */
+            return;
+        }
         if (raft_host_submit(c->host, o->pid, o->data, o->len, on_local_write, o, &err) < 0) {
             uint64_t l = raft_host_leader(c->host, o->pid);
             op_retry(o, l != c->self ? l : 0);
@@ -781,10 +844,13 @@ static void read_local(op *o, const lpart *lp)
 {
     partition_read_res res;
     strata_err err;
-    if (o->c->sm.read(o->c->engine, &lp->desc, o->req, o->arena, &res, &err) < 0) {
+    if (cap_admit(o->c, lp->desc.table_id, lp->id, CAP_READ, router_read_reserve(o->req), &err) <
+            0 ||
+        o->c->sm.read(o->c->engine, &lp->desc, o->req, o->arena, &res, &err) < 0) {
         op_fail(o, &err);
         return;
     }
+    router_charge_read(o->c->cap, lp->id, o->req, &res, now_ms(o->c));
     o->rcb(o->ctx, NULL, &res);
     op_free(o);
 }
@@ -1116,6 +1182,12 @@ static int apply_partition(rcluster *c, uint64_t group, uint64_t index, const vo
         buf_free(&res);
         return -1;
     }
+    /* The leader admitted the write: it pays for it once it is known what it wrote (on
+     * a leader change, the new leader pays for what it applies). */
+    if (raft_host_is_leader(c->host, group))
+        capacity_charge(c->cap, lp->desc.table_id, group, CAP_WRITE,
+                        (int64_t)c->sm.write_units(res.data, res.len) * CAP_NANO,
+                        router_write_reserve(len), false, 0, now_ms(c));
     *result = res.data; /* the host frees it */
     *result_len = res.len;
     return 0;
@@ -1822,9 +1894,21 @@ static bool start_move(rcluster *c, placement_move *moves, size_t n)
     return false;
 }
 
-/* Asks the learner's node whether its replica caught up; PROMOTE follows if it did. */
+/* Asks the learner's node whether its replica caught up; PROMOTE follows if it did. The
+ * learner may be on this node (the meta leader's own): rpc has no connection to itself,
+ * so that one is answered here. */
 static bool probe_learner(rcluster *c, const meta_partition *mp, uint64_t node)
 {
+    if (node == c->self) {
+        if (!local_replica_fresh(c, mp->id, 0))
+            return false;
+        meta_cmd cmd = {.kind = META_CMD_PROMOTE,
+                        .partition_id = mp->id,
+                        .epoch = mp->epoch,
+                        .node_id = node};
+        sched_propose(c, &cmd);
+        return true;
+    }
     promote_probe *p = malloc(sizeof *p);
     if (p == NULL)
         return false;
@@ -1845,15 +1929,205 @@ static bool probe_learner(rcluster *c, const meta_partition *mp, uint64_t node)
     return true;
 }
 
+/* ---- leadership: the map's leader hints, and partition leaders following them ---- */
+
+/*
+ * Leader balance (issue #6: leaders spread evenly over nodes). The map's leader hint of a
+ * partition is the intent, like its members: the meta leader's scheduler keeps the hints
+ * on ACTIVE nodes and balanced (placement_leaders), and the leader of each partition hands
+ * its leadership to the hinted voter (raft_host_transfer) when that is safe:
+ *   - the partition is settled: the map has exactly its three voters and no learner, and
+ *     the Raft configuration equals it with no change pending (never during a move);
+ *   - this node has led for TRANSFER_SETTLE_MS (an election just happened: let the
+ *     cluster settle instead of fighting it), one transfer at a time per node, at most one
+ *     start per TRANSFER_GAP_MS, and a partition whose transfer failed backs off;
+ *   - the target is ACTIVE in the map (never DOWN, DRAINING or REMOVED), connected to
+ *     this node (a dead node is not DOWN in the map for DOWN_AFTER_MS), and caught up
+ *     (match index within TRANSFER_MAX_LAG of the log: the core refuses writes until the
+ *     target matches, so a lagging target would stall them).
+ * The core gives up after an election timeout with this node still leading.
+ */
+
+/* Plans hint changes: with `balance` placement_leaders (evens counts out), else only
+ * the hints that must move (placement_leaders_fix). */
+static void lead_plan_make(rcluster *c, bool balance)
+{
+    strata_err err;
+    free(c->lead_plan);
+    c->lead_plan = NULL;
+    c->lead_plan_n = c->lead_plan_next = 0;
+    int rc = balance ? placement_leaders(c->meta, &c->lead_plan, &c->lead_plan_n, &err)
+                     : placement_leaders_fix(c->meta, &c->lead_plan, &c->lead_plan_n, &err);
+    if (rc != 0) {
+        c->lead_plan = NULL;
+        c->lead_plan_n = 0;
+    }
+}
+
+/* Whether every ACTIVE node answers the meta leader: balancing waits while one does not
+ * (it may be dying: no leaderships are planned onto it, and none are shuffled meanwhile). */
+static bool active_nodes_connected(const rcluster *c)
+{
+    for (size_t i = 0; i < meta_node_count(c->meta); i++) {
+        const meta_node *n = meta_node_at(c->meta, i);
+        if (n->state == META_NODE_ACTIVE && !node_usable(c, n->id))
+            return false;
+    }
+    return true;
+}
+
+/* Proposes the next hint change of the current plan (making one when it is used up:
+ * `balance` false only fixes hints that must move). A plan is followed in order, as only
+ * the whole of it is balanced; a step whose node can no longer lead drops the plan.
+ * Returns true when it proposed something. */
+static bool schedule_leaders(rcluster *c, bool balance)
+{
+    uint64_t now = now_ms(c);
+    if (c->lead_plan_next >= c->lead_plan_n) {
+        if (balance && (now - c->lead_planned < LEADER_PLAN_MS || !active_nodes_connected(c)))
+            return false;
+        lead_plan_make(c, balance);
+        if (balance)
+            c->lead_planned = now;
+    }
+    while (c->lead_plan_next < c->lead_plan_n) {
+        placement_leader *pl = &c->lead_plan[c->lead_plan_next++];
+        const meta_partition *mp = meta_partition_find(c->meta, pl->partition_id);
+        const meta_node *nd = meta_node_find(c->meta, pl->leader);
+        meta_role role;
+        if (mp == NULL || nd == NULL || nd->state != META_NODE_ACTIVE ||
+            !meta_partition_has(mp, pl->leader, &role) || role != META_VOTER) {
+            c->lead_plan_next = c->lead_plan_n; /* the map moved on: plan again */
+            return false;
+        }
+        if (mp->leader_hint == pl->leader)
+            continue;
+        meta_cmd cmd = {.kind = META_CMD_SET_LEADER, .partition_id = mp->id, .node_id = pl->leader};
+        fprintf(stderr, "stratad: partition %" PRIu64 ": leader hint %" PRIu64 " -> %" PRIu64 "\n",
+                mp->id, mp->leader_hint, pl->leader);
+        strata_err err;
+        cmd.now_ms = wall_ms();
+        if (propose_meta(c, &cmd, on_sched_done, c, &err) == 0)
+            c->sched_busy = true;
+        return true;
+    }
+    return false;
+}
+
+typedef struct {
+    rcluster *c;
+    uint64_t pid, target;
+} transfer_req;
+
+static void on_transfer_done(void *data, const raft_host_outcome *out)
+{
+    transfer_req *t = data;
+    rcluster *c = t->c;
+    c->transfers--;
+    lpart *lp = lpart_find(c, t->pid);
+    if (out->code == ERR_NONE) {
+        if (lp != NULL)
+            lp->transfer_failures = 0;
+    } else if (lp != NULL && !c->closing) {
+        unsigned f = lp->transfer_failures < 5 ? lp->transfer_failures : 5;
+        uint64_t backoff = (uint64_t)TRANSFER_BACKOFF_MS << f;
+        lp->transfer_failures++;
+        lp->transfer_retry_at =
+            now_ms(c) + (backoff < TRANSFER_BACKOFF_MAX_MS ? backoff : TRANSFER_BACKOFF_MAX_MS);
+        fprintf(stderr,
+                "stratad: partition %" PRIu64 ": leadership did not move to node %" PRIu64
+                "; retrying later\n",
+                t->pid, t->target);
+    }
+    free(t);
+}
+
+/* Whether the map and the Raft configuration of lp's partition agree, with nothing
+ * moving: three voters, no learner, no change pending. */
+static bool partition_settled(rcluster *c, const lpart *lp, const meta_partition *mp)
+{
+    raft_host_member cur[META_MAX_MEMBERS + 2], next[META_MAX_MEMBERS + 2];
+    size_t n, nn;
+    bool pending;
+    return mp->n_members == META_REPLICAS && meta_partition_voters(mp) == META_REPLICAS &&
+           raft_host_configuration(c->host, lp->id, cur, META_MAX_MEMBERS + 2, &n, &pending,
+                                   NULL) == 0 &&
+           n == META_REPLICAS && !pending && !next_config(mp, cur, n, next, &nn);
+}
+
+/* The node this leader should hand lp's leadership to now, 0 if none (see above). */
+static uint64_t transfer_target(rcluster *c, const lpart *lp, uint64_t now)
+{
+    const meta_partition *mp = meta_partition_find(c->meta, lp->id);
+    if (mp == NULL || mp->leader_hint == 0 || mp->leader_hint == c->self ||
+        now - lp->lead_since < TRANSFER_SETTLE_MS || now < lp->transfer_retry_at)
+        return 0;
+    const meta_node *nd = meta_node_find(c->meta, mp->leader_hint);
+    if (nd == NULL || nd->state != META_NODE_ACTIVE || !node_usable(c, nd->id) ||
+        !partition_settled(c, lp, mp) ||
+        !raft_host_transfer_ready(c->host, lp->id, nd->id, TRANSFER_MAX_LAG, NULL))
+        return 0;
+    return nd->id;
+}
+
+static void start_transfer(rcluster *c, lpart *lp, uint64_t target, uint64_t now)
+{
+    transfer_req *t = malloc(sizeof *t);
+    if (t == NULL)
+        return;
+    *t = (transfer_req){.c = c, .pid = lp->id, .target = target};
+    strata_err err;
+    c->transfers++; /* before the call: its callback may fire inside it */
+    c->last_transfer = now;
+    if (raft_host_transfer(c->host, lp->id, target, on_transfer_done, t, &err) < 0) {
+        c->transfers--;
+        free(t);
+        lp->transfer_retry_at = now + TRANSFER_BACKOFF_MS;
+        return;
+    }
+    fprintf(stderr, "stratad: partition %" PRIu64 ": handing leadership to node %" PRIu64 "\n",
+            lp->id, target);
+}
+
+/* On partition leaders: leadership follows the map's leader hint (see above). */
+static void follow_map_leaders(rcluster *c)
+{
+    uint64_t now = now_ms(c);
+    for (size_t i = 0; i < c->n_parts; i++) {
+        lpart *lp = &c->parts[i];
+        raft_host_group_stats st;
+        if (raft_host_group_info(c->host, lp->id, &st, NULL) != 0 || st.failed ||
+            st.state != 3 /* RAFT_LEADER */) {
+            lp->lead_term = 0;
+            continue;
+        }
+        if (st.term != lp->lead_term) {
+            lp->lead_term = st.term;
+            lp->lead_since = now;
+            lp->transfer_failures = 0;
+            lp->transfer_retry_at = 0;
+        }
+        if (c->transfers > 0 || now - c->last_transfer < TRANSFER_GAP_MS || c->closing)
+            continue;
+        uint64_t target = transfer_target(c, lp, now);
+        if (target != 0)
+            start_transfer(c, lp, target, now);
+    }
+}
+
 /* One step of the meta leader's scheduler, one meta command (or probe) at a time: node
- * liveness, then moves in progress (promote a caught-up learner, remove the extra
- * voter), then new moves: off draining nodes, off nodes down past replace_after, and
- * toward even replica counts (a node that joined). */
+ * liveness, then leader hints off nodes that cannot lead (before their replicas move, so
+ * a draining node hands its leaderships over), then moves in progress (promote a
+ * caught-up learner, remove the extra voter), then new moves: off draining nodes, off
+ * nodes down past replace_after, and toward even replica counts (a node that joined);
+ * last, when nothing else is to do, balanced leader hints. */
 static void schedule(rcluster *c)
 {
     if (!c->voter || c->sched_busy || c->closing || !raft_host_is_leader(c->host, META_GROUP))
         return;
     if (schedule_liveness(c))
+        return;
+    if (schedule_leaders(c, false))
         return;
     for (size_t i = 0; i < meta_partition_count(c->meta); i++) {
         const meta_partition *mp = meta_partition_at(c->meta, i);
@@ -1894,9 +2168,12 @@ static void schedule(rcluster *c)
             return;
     }
     if (placement_rebalance(c->meta, &moves, &n, &err) == 0) {
-        start_move(c, moves, n);
+        bool started = start_move(c, moves, n);
         free(moves);
+        if (started)
+            return;
     }
+    schedule_leaders(c, true);
 }
 
 /* ------------------------------------------------------------------ transport */
@@ -1954,6 +2231,13 @@ static void serve_write(rcluster *c, const uint8_t *data, size_t len, rpc_respon
         return;
     }
     strata_err err;
+    lpart *lp = lpart_find(c, pid);
+    if (raft_host_is_leader(c->host, pid) && lp != NULL &&
+        cap_admit(c, lp->desc.table_id, pid, CAP_WRITE, router_write_reserve(rd_left(&r)), &err) <
+            0) {
+        rpc_respond_error(resp, err.code, err.msg); /* throttled: nothing was proposed */
+        return;
+    }
     if (!raft_host_is_leader(c->host, pid) ||
         raft_host_submit(c->host, pid, data + (len - rd_left(&r)), rd_left(&r), on_served_write,
                          resp, &err) < 0)
@@ -1996,11 +2280,16 @@ static void served_read_run(served_read *s)
         respond_retry(s->resp, 0, "no replica here");
     } else if (!read_matches_table(s->c, lp, &s->req)) {
         rpc_respond_error(s->resp, ERR_RESOURCE_NOT_FOUND, "Requested resource not found");
-    } else if (partition_read(s->c->engine, &lp->desc, &s->req, &s->arena, &res, &err) < 0 ||
-               partition_read_res_encode(&res, &out, &err) < 0) {
-        rpc_respond_error(s->resp, err.code, err.msg);
-    } else if (rpc_respond(s->resp, out.data, out.len, &err) < 0) {
-        fprintf(stderr, "stratad: read answer dropped: %s\n", err.msg);
+    } else if (cap_admit(s->c, lp->desc.table_id, lp->id, CAP_READ, router_read_reserve(&s->req),
+                         &err) < 0 ||
+               partition_read(s->c->engine, &lp->desc, &s->req, &s->arena, &res, &err) < 0) {
+        rpc_respond_error(s->resp, err.code, err.msg); /* throttled, or the read failed */
+    } else {
+        router_charge_read(s->c->cap, lp->id, &s->req, &res, now_ms(s->c));
+        if (partition_read_res_encode(&res, &out, &err) < 0)
+            rpc_respond_error(s->resp, err.code, err.msg);
+        else if (rpc_respond(s->resp, out.data, out.len, &err) < 0)
+            fprintf(stderr, "stratad: read answer dropped: %s\n", err.msg);
     }
     buf_free(&out);
     arena_free(&s->arena);
@@ -2201,6 +2490,13 @@ static void on_request(void *ctx, uint64_t peer, uint32_t type, const uint8_t *d
 static void on_message(void *ctx, uint64_t peer, uint32_t type, const uint8_t *data, size_t len)
 {
     rcluster *c = ctx;
+    if (type == MSG_PART_STATS && !c->closing) {
+        strata_err err;
+        if (pstats_receive(c->heard, data, len, now_ms(c), &err) < 0)
+            fprintf(stderr, "stratad: partition statistics from node %" PRIu64 ": %s\n", peer,
+                    err.msg);
+        return;
+    }
     if (c->closing || type != MSG_RAFT || len < 8 || c->host == NULL)
         return;
     uint64_t group = 0;
@@ -2513,6 +2809,43 @@ static void kick(rcluster *c)
     uv_timer_start(&c->kick, on_kick, 0, 0);
 }
 
+static bool partition_in_map(void *ctx, uint64_t pid)
+{
+    return meta_partition_find(((rcluster *)ctx)->meta, pid) != NULL;
+}
+
+/* Tells every other node the figures of the partitions this node leads (in messages of
+ * at most PSTATS_MAX_ENTRIES), and forgets figures of partitions no longer in the map. */
+static void push_stats(rcluster *c)
+{
+    uint64_t now = now_ms(c);
+    if (now - c->last_stats_push < STATS_PUSH_MS || !c->formed || c->host == NULL)
+        return;
+    c->last_stats_push = now;
+    pstats_prune(c->heard, partition_in_map, c);
+    pstats_entry *e = malloc((c->n_parts ? c->n_parts : 1) * sizeof *e);
+    if (e == NULL)
+        return;
+    size_t n = 0;
+    for (size_t i = 0; i < c->n_parts; i++)
+        if (!c->parts[i].poisoned && raft_host_is_leader(c->host, c->parts[i].id))
+            e[n++] = (pstats_entry){c->parts[i].id, c->parts[i].stats};
+    buf b;
+    buf_init(&b, 0);
+    for (size_t at = 0; at < n; at += PSTATS_MAX_ENTRIES) {
+        size_t k = n - at < PSTATS_MAX_ENTRIES ? n - at : PSTATS_MAX_ENTRIES;
+        buf_reset(&b);
+        pstats_encode(e + at, k, &b);
+        for (size_t j = 0; !b.failed && j < meta_node_count(c->meta); j++) {
+            const meta_node *nd = meta_node_at(c->meta, j);
+            if (nd->id != c->self && nd->state != META_NODE_REMOVED)
+                rpc_send(c->rpc, nd->id, MSG_PART_STATS, b.data, b.len, NULL);
+        }
+    }
+    buf_free(&b);
+    free(e);
+}
+
 static void on_tick(uv_timer_t *t)
 {
     rcluster *c = t->data;
@@ -2526,7 +2859,9 @@ static void on_tick(uv_timer_t *t)
     snapshots_tick(c);
     reconcile(c);
     follow_map_configs(c);
+    follow_map_leaders(c);
     schedule(c);
+    push_stats(c);
 }
 
 /* ------------------------------------------------------------------ the router's calls */
@@ -2739,6 +3074,7 @@ int rcluster_write(rcluster *c, uint32_t table_id, uint64_t hash, const uint8_t 
         return strata_err_set(err, ERR_NOMEM, "out of memory");
     o->pid = mp->id;
     o->table_id = table_id;
+    o->hash = hash;
     o->wcb = cb;
     o->ctx = ctx;
     op_start(o);
@@ -2767,6 +3103,72 @@ int rcluster_read(rcluster *c, uint32_t table_id, uint64_t partition_id,
     return 0;
 }
 
+/* An operator's leader rebalance: the balanced plan made from this node's map, proposed
+ * one SET_LEADER after the other (through the meta leader, like any meta command). */
+typedef struct {
+    rcluster *c;
+    router_cb cb;
+    void *ctx;
+    placement_leader *plan;
+    size_t n, next;
+} rebalance_req;
+
+static void rebalance_step(rebalance_req *r);
+
+static void on_rebalance_step(void *ctx, const strata_err *err, const uint8_t *res, size_t len)
+{
+    rebalance_req *r = ctx;
+    (void)res;
+    (void)len;
+    /* A step refused by the map (the partition moved meanwhile) is skipped: the scheduler
+     * keeps the hints balanced anyway. Closing ends the whole request. */
+    if (err != NULL && r->c->closing) {
+        r->cb(r->ctx, err, NULL, 0);
+        free(r->plan);
+        free(r);
+        return;
+    }
+    rebalance_step(r);
+}
+
+static void rebalance_step(rebalance_req *r)
+{
+    while (r->next < r->n) {
+        placement_leader *pl = &r->plan[r->next++];
+        meta_cmd cmd = {.kind = META_CMD_SET_LEADER,
+                        .now_ms = wall_ms(),
+                        .partition_id = pl->partition_id,
+                        .node_id = pl->leader};
+        strata_err err;
+        if (propose_meta(r->c, &cmd, on_rebalance_step, r, &err) == 0)
+            return;
+    }
+    char text[32];
+    int len = snprintf(text, sizeof text, "%zu", r->n);
+    r->cb(r->ctx, NULL, (const uint8_t *)text, (size_t)len);
+    free(r->plan);
+    free(r);
+}
+
+int rcluster_rebalance_leaders(rcluster *c, router_cb cb, void *ctx, strata_err *err)
+{
+    if (!c->formed)
+        return strata_err_set(err, ERR_UNAVAILABLE, "this node does not know the cluster map yet");
+    rebalance_req *r = calloc(1, sizeof *r);
+    if (r == NULL)
+        return strata_err_set(err, ERR_NOMEM, "out of memory");
+    *r = (rebalance_req){.c = c, .cb = cb, .ctx = ctx};
+    if (placement_leaders(c->meta, &r->plan, &r->n, err) != 0) {
+        free(r);
+        return -1;
+    }
+    /* Partition leaders that gave up on a transfer here try again at once. */
+    for (size_t i = 0; i < c->n_parts; i++)
+        c->parts[i].transfer_retry_at = 0;
+    rebalance_step(r);
+    return 0;
+}
+
 int rcluster_node_state(rcluster *c, uint64_t node, const char *state, router_cb cb, void *ctx,
                         strata_err *err)
 {
@@ -2789,17 +3191,30 @@ int rcluster_node_state(rcluster *c, uint64_t node, const char *state, router_cb
     return propose_meta(c, &cmd, cb, ctx, err);
 }
 
+/* A partition's figures as its leader knows them: this node's replica when it leads,
+ * else what the leader told us lately, else this node's replica (possibly behind), else
+ * nothing. */
+static partition_stats partition_figures(const rcluster *c, uint64_t pid)
+{
+    const lpart *lp = lpart_find(c, pid);
+    partition_stats st = {0, 0};
+    uint64_t now = now_ms(c);
+    if (lp != NULL && c->host != NULL && raft_host_is_leader(c->host, pid))
+        return lp->stats;
+    if (pstats_get(c->heard, pid, now > 3 * STATS_PUSH_MS ? now - 3 * STATS_PUSH_MS : 0, &st))
+        return st;
+    return lp != NULL ? lp->stats : st;
+}
+
 partition_stats rcluster_table_stats(const rcluster *c, uint32_t table_id)
 {
     partition_stats sum = {0, 0};
     size_t n;
     const meta_partition *mp = meta_table_partitions(c->meta, table_id, &n);
     for (size_t i = 0; i < n; i++) {
-        const lpart *lp = lpart_find(c, mp[i].id);
-        if (lp != NULL) {
-            sum.item_count += lp->stats.item_count;
-            sum.size_bytes += lp->stats.size_bytes;
-        }
+        partition_stats st = partition_figures(c, mp[i].id);
+        sum.item_count += st.item_count;
+        sum.size_bytes += st.size_bytes;
     }
     return sum;
 }
@@ -2879,8 +3294,9 @@ void rcluster_status_json(rcluster *c, buf *out)
             lpart_find(c, mp->id) ? raft_host_leader(c->host, mp->id) : hint_get(c, mp->id);
         buf_printf(out,
                    ",\"hash_lo\":\"%016" PRIx64 "\",\"hash_hi\":\"%016" PRIx64
-                   "\",\"epoch\":%" PRIu64 ",\"leader\":%" PRIu64 ",\"members\":[",
-                   mp->hash_lo, mp->hash_hi, mp->epoch, leader);
+                   "\",\"epoch\":%" PRIu64 ",\"leader\":%" PRIu64 ",\"leader_hint\":%" PRIu64
+                   ",\"members\":[",
+                   mp->hash_lo, mp->hash_hi, mp->epoch, leader, mp->leader_hint);
         for (uint32_t k = 0; k < mp->n_members; k++)
             buf_printf(out, "%s%" PRIu64, k ? "," : "", mp->members[k].node);
         buf_printf(out, "]");
@@ -3057,6 +3473,8 @@ rcluster *rcluster_open(const router_config *cfg, strata_err *err)
     c->sm = cfg->ops;
     if (c->sm.read == NULL)
         c->sm.read = partition_read;
+    if (c->sm.write_units == NULL)
+        c->sm.write_units = router_default_write_units;
     c->self = cc->node_id;
     c->memtable_bytes = cc->memtable_bytes;
     c->replace_after_ms = cc->replace_after_ms ? cc->replace_after_ms : REPLACE_AFTER_MS;
@@ -3068,12 +3486,16 @@ rcluster *rcluster_open(const router_config *cfg, strata_err *err)
     c->data_dir = strdup(cfg->data_dir);
     c->meta = meta_new();
     c->cat = catalog_new();
+    c->cap = capacity_new();
+    c->heard = pstats_new();
     buf_init(&c->scratch, 0);
     uv_timer_init(c->loop, &c->tick);
     uv_timer_init(c->loop, &c->kick);
     uv_timer_init(c->loop, &c->retry);
     c->tick.data = c->kick.data = c->retry.data = c;
-    int rc = c->data_dir && c->meta && c->cat ? 0 : strata_err_set(err, ERR_NOMEM, "out of memory");
+    int rc = c->data_dir && c->meta && c->cat && c->cap && c->heard
+                 ? 0
+                 : strata_err_set(err, ERR_NOMEM, "out of memory");
     if (rc == 0)
         rc = open_storage(c, err);
     if (rc == 0)
@@ -3177,8 +3599,11 @@ void rcluster_close(rcluster *c)
         install_free(c, c->installs);
     meta_free(c->meta);
     catalog_free(c->cat);
+    capacity_free(c->cap);
+    pstats_free(c->heard);
     buf_free(&c->scratch);
     free(c->parts);
+    free(c->lead_plan);
     free(c->peers);
     free(c->drops);
     free(c->join);

@@ -21,6 +21,25 @@ struct lsm;
 int router_count_partition(struct lsm *engine, const partition_desc *p, partition_stats *out,
                            strata_err *err);
 
+/* Capacity (router.h, "Capacity"), the same on one node and in a cluster: admission of
+ * an operation on a partition of table `t` (NULL: admitted; the caller reports the
+ * missing table) with `n_local` of its partitions served here; the charge of a read that
+ * ran (units from bytes_read, the hot-key sample from a GET's or Query's partition key);
+ * the default router_ops.write_units. */
+#include "cluster/capacity.h"
+int router_admit(capacity *cap, const table_info *t, uint64_t partition_id, uint32_t n_local,
+                 cap_kind k, int64_t reserve_nano, uint64_t now_ms, strata_err *err);
+/* Reservations (capacity_admit): a write's estimate from its command's length (about the
+ * item's size for a put), a read's minimum (1 unit strong, 0.5 eventual). */
+int64_t router_write_reserve(size_t cmd_len);
+int64_t router_read_reserve(const partition_read_req *req);
+int router_admit_read(capacity *cap, const table_info *t, uint64_t partition_id, uint32_t n_local,
+                      const partition_read_req *req, uint64_t now_ms, strata_err *err);
+void router_charge_read(capacity *cap, uint64_t partition_id, const partition_read_req *req,
+                        const partition_read_res *res, uint64_t now_ms);
+uint64_t router_default_write_units(const uint8_t *result, size_t len);
+capacity *rcluster_capacity(rcluster *c);
+
 rcluster *rcluster_open(const router_config *cfg, strata_err *err);
 void rcluster_close(rcluster *c);
 const catalog *rcluster_catalog(const rcluster *c);
@@ -38,5 +57,6 @@ void rcluster_status_json(rcluster *c, buf *out);
 void rcluster_digests_json(rcluster *c, buf *out);
 int rcluster_node_state(rcluster *c, uint64_t node, const char *state, router_cb cb, void *ctx,
                         strata_err *err);
+int rcluster_rebalance_leaders(rcluster *c, router_cb cb, void *ctx, strata_err *err);
 
 #endif

@@ -99,6 +99,34 @@ static void admin_node_state(api_request *req)
 
 static const api_op admin_node_state_op = {"AdminNodeState", admin_node_state};
 
+/* POST /admin/rebalance-leaders {}: an operator's leader rebalance
+ * (router_rebalance_leaders). Answers {"moved": N}, N leader hints changed, once this
+ * node's map holds them; partition leaders follow within seconds. */
+static void admin_rebalance_done(void *ctx, const strata_err *err, const uint8_t *res, size_t len)
+{
+    api_request *req = ctx;
+    if (err != NULL) {
+        api_respond_err(req, err);
+        return;
+    }
+    char text[32];
+    size_t n = len < sizeof text - 1 ? len : sizeof text - 1;
+    memcpy(text, res != NULL ? (const char *)res : "", res != NULL ? n : 0);
+    text[res != NULL ? n : 0] = '\0';
+    json_t *o = json_object();
+    json_object_set_new(o, "moved", json_integer(strtoll(text, NULL, 10)));
+    api_respond_json(req, o);
+}
+
+static void admin_rebalance_leaders(api_request *req)
+{
+    strata_err err;
+    if (router_rebalance_leaders(req->router, admin_rebalance_done, req, &err) < 0)
+        api_respond_err(req, &err);
+}
+
+static const api_op admin_rebalance_op = {"AdminRebalanceLeaders", admin_rebalance_leaders};
+
 static const api_op *find_op(const char *name)
 {
     for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
@@ -512,6 +540,8 @@ void api_handle(http_request *http, void *data)
             cluster_status(http, s, strcmp(path, "/admin/digests") == 0);
             return;
         }
+        if (api_serve_metrics(http, s->router)) /* /metrics, /admin/table-stats/NAME */
+            return;
         char id[53];
         make_request_id(s, id);
         send_error(http, id, ERR_UNKNOWN_OPERATION, NULL, NULL);
@@ -540,9 +570,10 @@ void api_handle(http_request *http, void *data)
     }
     const char *target = http_request_header(http, "X-Amz-Target");
     const api_op *op = NULL;
-    bool admin = strcmp(path, "/admin/node-state") == 0;
-    if (admin)
-        op = &admin_node_state_op; /* operators' API: no AWS signature (SigV4 comes later) */
+    bool admin =
+        strcmp(path, "/admin/node-state") == 0 || strcmp(path, "/admin/rebalance-leaders") == 0;
+    if (admin) /* operators' API: no AWS signature (SigV4 comes later) */
+        op = strcmp(path, "/admin/node-state") == 0 ? &admin_node_state_op : &admin_rebalance_op;
     else if (target != NULL && strncmp(target, TARGET_PREFIX, strlen(TARGET_PREFIX)) == 0)
         op = find_op(target + strlen(TARGET_PREFIX));
     if (op == NULL) {

@@ -5,12 +5,16 @@
  * router at once: each one is an independent single-item operation on its own partition,
  * so they run in parallel. The answer is built when the last one has called back. Keys
  * that could not be read (the 16 MB response cap) and writes the router refused for
- * back-pressure come back as UnprocessedKeys / UnprocessedItems, as DynamoDB does.
+ * back-pressure come back as UnprocessedKeys / UnprocessedItems, as DynamoDB does; so do
+ * those refused for capacity (ERR_THROUGHPUT_EXCEEDED), unless every one of them was:
+ * then the whole request fails with ProvisionedThroughputExceededException and counts
+ * as one ThrottledRequests per table.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cluster/capacity.h"
 #include "cluster/partition.h"
 #include "node/api_items.h"
 #include "storage/data/ddbjson.h"
@@ -80,6 +84,13 @@ static int request_items(api_request *req, json_t **out, strata_err *err)
     return api_verr_finish(&ve, err);
 }
 
+/* Notes a part refused for capacity; its first refusal is the error if all parts are. */
+static void note_throttle(strata_err *first, size_t *throttled, const strata_err *err)
+{
+    if ((*throttled)++ == 0)
+        *first = *err;
+}
+
 static void add_consumed(json_t *list, items_rcc rcc, const char *table, double units)
 {
     json_t *cc = items_consumed_json(rcc, table, units);
@@ -117,11 +128,18 @@ struct batch_get {
     size_t pending;
     uint64_t bytes;
     strata_err err; /* first hard error */
+    size_t nkeys, throttled;
+    strata_err throttle_err; /* the first refusal for capacity */
 };
 
 static void get_finish(batch_get *b)
 {
     api_request *req = b->req;
+    if (b->err.code == ERR_NONE && b->throttled > 0 && b->throttled == b->nkeys) {
+        b->err = b->throttle_err; /* nothing could be read */
+        for (size_t i = 0; i < b->ntables; i++)
+            items_note_throttled(req, b->tables[i].table_id, &b->err);
+    }
     if (b->err.code != ERR_NONE) {
         for (size_t i = 0; i < b->ntables; i++) {
             json_decref(b->tables[i].items);
@@ -153,21 +171,29 @@ static void get_finish(batch_get *b)
     api_respond_json(req, out);
 }
 
+static void get_unprocessed(get_key *k)
+{
+    if (k->t->unprocessed == NULL)
+        k->t->unprocessed = json_array();
+    json_array_append_new(k->t->unprocessed, ddbjson_from_item(k->key));
+}
+
 static void get_one(void *arg, const strata_err *err, partition_read_res *resp)
 {
     get_key *k = arg;
     batch_get *b = k->b;
     get_table *t = k->t;
-    if (err != NULL) {
+    if (err != NULL && err->code == ERR_THROUGHPUT_EXCEEDED) {
+        get_unprocessed(k);
+        note_throttle(&b->throttle_err, &b->throttled, err);
+    } else if (err != NULL) {
         if (b->err.code == ERR_NONE)
             b->err = *err;
     } else {
         const partition_read_res res = *resp;
         if (b->bytes + res.bytes_read > BATCH_RESPONSE_MAX) {
             /* The response would pass 16 MB: the caller asks again for the rest. */
-            if (t->unprocessed == NULL)
-                t->unprocessed = json_array();
-            json_array_append_new(t->unprocessed, ddbjson_from_item(k->key));
+            get_unprocessed(k);
         } else {
             t->units += partition_read_units(res.bytes_read, t->consistent);
             if (res.found) {
@@ -318,12 +344,17 @@ void api_batch_get_item(api_request *req)
     /* All reads at once; the answer goes out when the last one is back. One extra
      * pending count keeps an early callback from finishing while we still submit. */
     b->pending = n + 1;
+    b->nkeys = n;
     for (size_t i = 0; i < n; i++) {
         strata_err e;
         if (router_read(req->router, keys[i].t->table_id, part_ids[i], &keys[i].rr, req->arena,
                         get_one, &keys[i], &e) < 0) {
-            if (b->err.code == ERR_NONE)
+            if (e.code == ERR_THROUGHPUT_EXCEEDED) {
+                get_unprocessed(&keys[i]);
+                note_throttle(&b->throttle_err, &b->throttled, &e);
+            } else if (b->err.code == ERR_NONE) {
                 b->err = e;
+            }
             b->pending--;
         }
     }
@@ -340,6 +371,7 @@ typedef struct batch_write batch_write;
 
 typedef struct {
     char name[TABLE_NAME_MAX + 1];
+    uint32_t table_id;
     json_t *unprocessed; /* UnprocessedItems[name], or NULL */
     double units;
 } write_table;
@@ -360,11 +392,18 @@ struct batch_write {
     size_t ntables;
     size_t pending;
     strata_err err;
+    size_t nwrites, throttled;
+    strata_err throttle_err; /* the first refusal for capacity */
 };
 
 static void write_finish(batch_write *b)
 {
     api_request *req = b->req;
+    if (b->err.code == ERR_NONE && b->throttled > 0 && b->throttled == b->nwrites) {
+        b->err = b->throttle_err; /* nothing could be written */
+        for (size_t i = 0; i < b->ntables; i++)
+            items_note_throttled(req, b->tables[i].table_id, &b->err);
+    }
     if (b->err.code != ERR_NONE) {
         for (size_t i = 0; i < b->ntables; i++)
             json_decref(b->tables[i].unprocessed);
@@ -400,7 +439,10 @@ static void write_one_done(void *arg, const strata_err *err, const uint8_t *resu
     write_one *w = arg;
     batch_write *b = w->b;
     if (err != NULL) {
-        if (err->code == ERR_BUSY || err->code == ERR_UNAVAILABLE)
+        if (err->code == ERR_THROUGHPUT_EXCEEDED)
+            note_throttle(&b->throttle_err, &b->throttled, err);
+        if (err->code == ERR_BUSY || err->code == ERR_UNAVAILABLE ||
+            err->code == ERR_THROUGHPUT_EXCEEDED)
             unprocessed_add(w);
         else if (b->err.code == ERR_NONE)
             b->err = *err;
@@ -559,6 +601,7 @@ void api_batch_write_item(api_request *req)
         if (t == NULL)
             goto fail;
         snprintf(wt->name, sizeof wt->name, "%s", t->schema.name);
+        wt->table_id = t->schema.table_id;
         size_t i;
         json_t *wr;
         json_array_foreach(list, i, wr)
@@ -574,11 +617,15 @@ void api_batch_write_item(api_request *req)
     }
     /* Submit them all; see api_batch_get_item for the extra pending count. */
     b->pending = n + 1;
+    b->nwrites = n;
     for (size_t i = 0; i < n; i++) {
         strata_err e;
         if (router_write(req->router, ws[i].table_id, ws[i].hash, ws[i].cmd.data, ws[i].cmd.len,
                          write_one_done, &ws[i], &e) < 0) {
-            if (e.code == ERR_BUSY || e.code == ERR_UNAVAILABLE)
+            if (e.code == ERR_THROUGHPUT_EXCEEDED)
+                note_throttle(&b->throttle_err, &b->throttled, &e);
+            if (e.code == ERR_BUSY || e.code == ERR_UNAVAILABLE ||
+                e.code == ERR_THROUGHPUT_EXCEEDED)
                 unprocessed_add(&ws[i]);
             else if (b->err.code == ERR_NONE)
                 b->err = e;

@@ -182,6 +182,13 @@ int api_server_initial_partitions(const api_server *s);
 /* host:port clients reach this node at (DescribeEndpoints). */
 const char *api_server_endpoint(const api_server *s);
 
+/* node/api_metrics.c: answers GET /metrics (Prometheus text: the capacity metrics named
+ * after DynamoDB's CloudWatch metrics, cluster/capacity.h) and GET
+ * /admin/table-stats/<TableName> (capacity_table_json; 404 for an unknown table) and
+ * returns true; false (nothing answered) for any other path. */
+struct http_request;
+bool api_serve_metrics(struct http_request *http, router *r);
+
 /* ---- Operation handlers (dispatch table in api.c) ----
  * node/api_table.c (engineer "api"): */
 void api_create_table(api_request *req);

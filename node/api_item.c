@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cluster/capacity.h"
 #include "cluster/partition.h"
 #include "node/api_items.h"
 #include "storage/data/ddbjson.h"
@@ -23,6 +24,12 @@ const table_info *items_table(api_request *req, const char *name, size_t len, st
     if (t == NULL && err && err->code == ERR_RESOURCE_NOT_FOUND)
         strata_err_set(err, ERR_RESOURCE_NOT_FOUND, "Requested resource not found");
     return t;
+}
+
+void items_note_throttled(api_request *req, uint32_t table_id, const strata_err *err)
+{
+    if (err != NULL && err->code == ERR_THROUGHPUT_EXCEEDED)
+        capacity_note_throttled_request(router_capacity(req->router), table_id);
 }
 
 int items_param_rcc(api_request *req, items_rcc *out, strata_err *err)
@@ -390,6 +397,7 @@ static void respond_item(api_request *req, const char *member, const av *item, j
 typedef struct {
     api_request *req;
     items_rcc rcc;
+    uint32_t table_id;
     char table[TABLE_NAME_MAX + 1];
 } write_ctx;
 
@@ -398,6 +406,7 @@ static void write_done(void *arg, const strata_err *err, const uint8_t *result, 
     write_ctx *w = arg;
     api_request *req = w->req;
     if (err != NULL) {
+        items_note_throttled(req, w->table_id, err);
         api_respond_err(req, err);
         return;
     }
@@ -512,6 +521,7 @@ static void write_submit(api_request *req, write_req *wr, const av *pk)
     }
     c->req = req;
     c->rcc = wr->rcc;
+    c->table_id = wr->w.table_id;
     copy_table_name(c->table, wr->t->schema.name);
     buf cmd;
     buf_init(&cmd, 0);
@@ -519,6 +529,7 @@ static void write_submit(api_request *req, write_req *wr, const av *pk)
         router_write(req->router, wr->w.table_id, key_hash(pk), cmd.data, cmd.len, write_done, c,
                      &err) < 0) {
         buf_free(&cmd);
+        items_note_throttled(req, wr->w.table_id, &err);
         api_respond_err(req, &err);
         return;
     }
@@ -673,6 +684,7 @@ static void get_done(void *arg, const strata_err *err, partition_read_res *res)
     get_ctx *g = arg;
     api_request *req = g->req;
     if (err != NULL) {
+        items_note_throttled(req, g->rr.table_id, err);
         api_respond_err(req, err);
         return;
     }
@@ -731,8 +743,11 @@ void api_get_item(api_request *req)
         strata_err_set(&err, ERR_RESOURCE_NOT_FOUND, "Requested resource not found");
         goto fail;
     }
-    if (router_read(req->router, t->schema.table_id, p->id, &g->rr, req->arena, get_done, g, &err) < 0)
+    if (router_read(req->router, t->schema.table_id, p->id, &g->rr, req->arena, get_done, g, &err) <
+        0) {
+        items_note_throttled(req, t->schema.table_id, &err);
         goto fail;
+    }
     return;
 fail:
     api_respond_err(req, &err);

@@ -18,6 +18,10 @@
  * "Requested resource not found" (DescribeTable's names the table). */
 const table_info *items_table(api_request *req, const char *name, size_t len, strata_err *err);
 
+/* Counts one request refused as a whole for capacity (the ThrottledRequests metric,
+ * cluster/capacity.h) when `err` is ERR_THROUGHPUT_EXCEEDED; nothing otherwise. */
+void items_note_throttled(api_request *req, uint32_t table_id, const strata_err *err);
+
 /* ReturnConsumedCapacity */
 typedef enum { ITEMS_RCC_INDEXES = 0, ITEMS_RCC_TOTAL = 1, ITEMS_RCC_NONE = 2 } items_rcc;
 

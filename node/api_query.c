@@ -112,6 +112,7 @@ static void finish(read_ctx *c)
 static void fail(read_ctx *c, const strata_err *err)
 {
     buf_free(&c->items);
+    items_note_throttled(c->req, c->table_id, err);
     api_respond_err(c->req, err);
 }
 

@@ -25,6 +25,7 @@ static const char *const key_names[CFG_KEY_COUNT] = {
     [CFG_BOOTSTRAP_EXPECT] = "bootstrap_expect",
     [CFG_REPLACE_AFTER] = "replace_after",
     [CFG_INITIAL_PARTITIONS] = "initial_partitions",
+    [CFG_THROTTLE] = "throttle",
     [CFG_REGION] = "region",
     [CFG_LOG_LEVEL] = "log_level",
 };
@@ -82,7 +83,8 @@ void config_cluster_keys_given(const stratad_config *cfg, char *buf, size_t cap)
 void config_usage(FILE *f)
 {
     fprintf(f, "usage: stratad [--config FILE] [--data-dir DIR] [--listen HOST:PORT]\n"
-               "               [--initial-partitions N] [--log-level error|warn|info|debug]\n"
+               "               [--initial-partitions N] [--throttle true|false]\n"
+               "               [--log-level error|warn|info|debug]\n"
                "               [--region NAME] [--print-config] [--help]\n"
                "  cluster:     [--node-id N] [--az NAME] [--host-label NAME]\n"
                "               [--peer-listen HOST:PORT] [--advertise HOST:PORT]\n"
@@ -344,6 +346,8 @@ static int set_key(stratad_config *cfg, config_key k, const char *v, char *why, 
             return -1;
         cfg->initial_partitions = (int)n;
         return 0;
+    case CFG_THROTTLE:
+        return parse_bool(v, &cfg->throttle, why, why_cap);
     case CFG_REGION:
         return parse_name(v, cfg->region, sizeof cfg->region, "-", why, why_cap);
     case CFG_LOG_LEVEL:
@@ -370,6 +374,7 @@ void config_defaults(stratad_config *cfg)
     strcpy(cfg->listen.host, "127.0.0.1");
     cfg->listen.port = 8000;
     cfg->initial_partitions = 4;
+    cfg->throttle = true;
     cfg->bootstrap_expect = 3;
     cfg->replace_after_s = 300;
     cfg->level = LOG_INFO;
@@ -826,6 +831,9 @@ static void print_key(FILE *f, const stratad_config *cfg, config_key k)
         break;
     case CFG_INITIAL_PARTITIONS:
         fprintf(f, "%d", cfg->initial_partitions);
+        break;
+    case CFG_THROTTLE:
+        fputs(cfg->throttle ? "true" : "false", f);
         break;
     case CFG_REGION:
         print_quoted(f, cfg->region);

@@ -19,6 +19,10 @@
  *   replace_after      seconds a node may stay DOWN before its replicas are re-created
  *                      elsewhere, 1..604800 (default 300; read by the meta leader) (cluster)
  *   initial_partitions partitions of a new table, 1..256 (default 4)
+ *   throttle           true: tables get DynamoDB's capacity limits and throttling
+ *                      (ProvisionedThroughputExceededException); false: consumed capacity
+ *                      is still counted and reported, nothing is refused, as in DynamoDB
+ *                      Local (benchmarks against peers that never throttle). Default true
  *   region             region in ARNs, [A-Za-z0-9-]{1,63} (default us-east-1)
  *   log_level          error | warn | info | debug (default info)
  * Flags only: --config FILE, --print-config, --help.
@@ -57,6 +61,7 @@ typedef enum {
     CFG_BOOTSTRAP_EXPECT,
     CFG_REPLACE_AFTER,
     CFG_INITIAL_PARTITIONS,
+    CFG_THROTTLE,
     CFG_REGION,
     CFG_LOG_LEVEL,
     CFG_KEY_COUNT
@@ -85,6 +90,7 @@ typedef struct {
     int bootstrap_expect;
     uint32_t replace_after_s;
     int initial_partitions;
+    bool throttle;
     log_level level;
     char region[64];
 

@@ -9,6 +9,7 @@
 
 #include <uv.h>
 
+#include "cluster/capacity.h"
 #include "cluster/partition.h"
 #include "cluster/router.h"
 #include "node/api.h"
@@ -134,6 +135,7 @@ int main(int argc, char **argv)
                 strata_code_name(err.code), err.msg);
         return 1;
     }
+    capacity_set_enforcing(router_capacity(r), cfg.throttle);
 
     http_server_options ho;
     http_server_options_default(&ho);

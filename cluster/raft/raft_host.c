@@ -102,6 +102,12 @@ typedef struct group {
     const struct raft_entry *recv_entries;
     unsigned recv_n;
     bool recv_kept;
+    /* A raft_host_transfer in progress (transfer_cb NULL when none): it ends when this
+     * node stops leading (done), or when the core gives up (raft_transferee back to 0,
+     * an election timeout after it started) or the group stops (failed). */
+    uint64_t transfer_to;
+    raft_host_done_cb transfer_cb;
+    void *transfer_data;
 } group;
 
 struct raft_host {
@@ -238,6 +244,35 @@ static void fail_all_ops(group *g, strata_code code)
     fail_list(&g->reads_waiting, code, hint);
 }
 
+/* Ends the transfer in progress (if any) with `code`; the callback may call back in. */
+static void transfer_end(group *g, strata_code code)
+{
+    raft_host_done_cb cb = g->transfer_cb;
+    if (cb == NULL)
+        return;
+    raft_host_outcome o = {.code = code, .leader_hint = g->failed ? 0 : leader_of(g)};
+    void *data = g->transfer_data;
+    g->transfer_cb = NULL;
+    g->transfer_data = NULL;
+    g->transfer_to = 0;
+    cb(data, &o);
+}
+
+/* After every step: has the transfer in progress ended? Leadership gone is success (the
+ * target, or whoever won the election it started, leads); the core's transferee back
+ * to 0 while this node still leads means it gave up. */
+static void transfer_check(group *g)
+{
+    if (g->transfer_cb == NULL)
+        return;
+    if (g->failed)
+        transfer_end(g, ERR_UNAVAILABLE);
+    else if (raft_state(&g->raft) != RAFT_LEADER)
+        transfer_end(g, ERR_NONE);
+    else if (raft_transferee(&g->raft) == 0)
+        transfer_end(g, ERR_UNAVAILABLE);
+}
+
 static void group_fail(group *g, strata_code code, const char *why)
 {
     if (g->failed)
@@ -247,6 +282,7 @@ static void group_fail(group *g, strata_code code, const char *why)
     g->failed = true;
     g->deadline = 0;
     fail_all_ops(g, code);
+    transfer_end(g, ERR_UNAVAILABLE);
 }
 
 static log_entry *log_at(group *g, uint64_t index)
@@ -343,9 +379,13 @@ static int group_step(group *g, struct raft_event *ev)
     if (rv != 0) {
         char why[128];
         snprintf(why, sizeof why, "raft_step(%d): %s", (int)ev->type, raft_strerror(rv));
-        /* NOTLEADER (or CANTCHANGE: a configuration change is pending) on submit is an
-         * ordinary answer, not a failure of the group; the core changed nothing. */
+        /* NOTLEADER (or CANTCHANGE: a configuration change is pending) on submit, and
+         * NOTLEADER / BADID / NOTFOUND on a transfer, are ordinary answers, not failures
+         * of the group; the core changed nothing. */
         if (ev->type == RAFT_SUBMIT && (rv == RAFT_NOTLEADER || rv == RAFT_CANTCHANGE))
+            return -1;
+        if (ev->type == RAFT_TRANSFER &&
+            (rv == RAFT_NOTLEADER || rv == RAFT_BADID || rv == RAFT_NOTFOUND))
             return -1;
         group_fail(g, ERR_INTERNAL, why);
         return -1;
@@ -363,6 +403,7 @@ static int group_step(group *g, struct raft_event *ev)
         g->deadline = group_deadline(g);
         rearm(g->h, g->deadline);
     }
+    transfer_check(g);
     return 0;
 }
 
@@ -1228,6 +1269,7 @@ static void group_release(group *g)
     g->failed = true; /* no more steps, even from the callbacks fired below */
     g->deadline = 0;
     fail_all_ops(g, ERR_UNAVAILABLE);
+    transfer_end(g, ERR_UNAVAILABLE);
     while (g->out_head != NULL) {
         out_msg *m = g->out_head;
         g->out_head = m->next;
@@ -1696,6 +1738,14 @@ static group *usable_group(const raft_host *h, uint64_t group_id, strata_err *er
                        group_id, leader_of(g));
         return NULL;
     }
+    /* The core refuses every entry while it hands leadership over (so the target can
+     * catch up): say so up front, naming the node that is about to lead. */
+    if (raft_transferee(&g->raft) != 0) {
+        strata_err_set(err, ERR_UNAVAILABLE,
+                       "leadership of group %" PRIu64 " is moving; leader %" PRIu64, group_id,
+                       (uint64_t)raft_transferee(&g->raft));
+        return NULL;
+    }
     return g;
 }
 
@@ -2067,4 +2117,88 @@ int raft_host_member_match(const raft_host *h, uint64_t group_id, uint64_t membe
                               group_id);
     *match = idx;
     return 0;
+}
+
+/* ---- leadership transfer ---- */
+
+/* The checks shared by raft_host_transfer_ready and raft_host_transfer: leader, nothing
+ * else in progress, target another voter, its match index within max_lag of the log. */
+static group *transfer_group(const raft_host *h, uint64_t group_id, uint64_t target,
+                             uint64_t max_lag, strata_err *err)
+{
+    group *g = usable_group(h, group_id, err);
+    if (g == NULL)
+        return NULL;
+    if (g->transfer_cb != NULL) {
+        strata_err_set(err, ERR_BUSY, "group %" PRIu64 ": a transfer is in progress", group_id);
+        return NULL;
+    }
+    if (g->change_active || g->raft.configuration_uncommitted_index != 0) {
+        strata_err_set(err, ERR_BUSY, "group %" PRIu64 ": a configuration change is pending",
+                       group_id);
+        return NULL;
+    }
+    if (target == h->cfg.node_id || !is_voter_in(&g->raft.configuration, target)) {
+        strata_err_set(err, ERR_VALIDATION, "%" PRIu64 " is not another voter of group %" PRIu64,
+                       target, group_id);
+        return NULL;
+    }
+    raft_index match = 0;
+    uint64_t last = raft_last_index(&g->raft);
+    if (raft_match_index(&g->raft, target, &match) != 0 ||
+        (last > match && last - match > max_lag)) {
+        strata_err_set(err, ERR_BUSY,
+                       "group %" PRIu64 ": %" PRIu64 " is behind (match %" PRIu64 ", last %" PRIu64
+                       ")",
+                       group_id, target, (uint64_t)match, last);
+        return NULL;
+    }
+    return g;
+}
+
+bool raft_host_transfer_ready(const raft_host *h, uint64_t group_id, uint64_t target,
+                              uint64_t max_lag, strata_err *err)
+{
+    return transfer_group(h, group_id, target, max_lag, err) != NULL;
+}
+
+static int transfer_in(raft_host *h, uint64_t group_id, uint64_t target, raft_host_done_cb cb,
+                       void *data, strata_err *err)
+{
+    group *g = transfer_group(h, group_id, target, UINT64_MAX, err);
+    if (g == NULL)
+        return -1;
+    g->transfer_to = target;
+    g->transfer_cb = cb;
+    g->transfer_data = data;
+    struct raft_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.type = RAFT_TRANSFER;
+    ev.transfer.server_id = target;
+    if (group_step(g, &ev) != 0) {
+        /* The core refused (no state changed) or the group failed (the callback fired). */
+        if (g->transfer_cb == NULL)
+            return 0;
+        g->transfer_cb = NULL;
+        g->transfer_data = NULL;
+        g->transfer_to = 0;
+        return strata_err_set(err, ERR_UNAVAILABLE, "group %" PRIu64 ": transfer refused",
+                              group_id);
+    }
+    return 0;
+}
+
+int raft_host_transfer(raft_host *h, uint64_t group_id, uint64_t target, raft_host_done_cb cb,
+                       void *data, strata_err *err)
+{
+    h->depth++;
+    int rc = transfer_in(h, group_id, target, cb, data, err);
+    h->depth--;
+    return rc;
+}
+
+uint64_t raft_host_transferee(const raft_host *h, uint64_t group_id)
+{
+    group *g = find_group(h, group_id);
+    return g == NULL || g->failed ? 0 : g->transfer_to;
 }

@@ -411,6 +411,46 @@ int raft_host_join_group(raft_host *h, uint64_t group, uint64_t applied_index, s
 int raft_host_member_match(const raft_host *h, uint64_t group, uint64_t member, uint64_t *match,
                            strata_err *err);
 
+/* ---- leadership transfer ---- */
+
+/*
+ * Whether `target` is a fit leadership-transfer target for `group` now: this node leads,
+ * no transfer and no configuration change (raft_host_change, or an uncommitted one of an
+ * earlier leader) is in progress, `target` is another VOTER of the current configuration,
+ * and its match index (raft_host_member_match) is within `max_lag` entries of this
+ * leader's last index. false with the reason in `err` otherwise: ERR_UNAVAILABLE (not
+ * leader, or leadership already moving), ERR_BUSY (a transfer or change in progress, or
+ * the target is behind), ERR_VALIDATION (not another voter), ERR_NOT_FOUND.
+ * Liveness of the target is the caller's business (a connected peer, a node the cluster
+ * map lets lead): the host only knows the Raft view.
+ */
+bool raft_host_transfer_ready(const raft_host *h, uint64_t group, uint64_t target, uint64_t max_lag,
+                              strata_err *err);
+
+/*
+ * Hands leadership of `group` to `target` (C-Raft's RAFT_TRANSFER: once the target's log
+ * matches the leader's, the leader sends it TimeoutNow and it campaigns at once, and the
+ * other voters grant the vote even though they have a leader). The same rules as
+ * raft_host_transfer_ready with any lag (-1 with its errors); pick a caught-up target:
+ * while a transfer is in progress the core refuses every new entry (submits, read
+ * barriers and changes fail with ERR_UNAVAILABLE naming the target), so a target that
+ * lags stalls writes until it catches up or the transfer gives up.
+ * On 0, cb fires exactly once (outcome index 0):
+ *   ERR_NONE: this node no longer leads (leader_hint: the new leader as known here, 0
+ *   until it is heard from; normally the target, but another voter may win the election
+ *   the target started);
+ *   ERR_UNAVAILABLE: the transfer ended with this node still leading (the core gives up
+ *   one election timeout after the call if the target did not take over), or the group
+ *   stopped or failed, or the host closed.
+ * Ops pending on this leader when it steps down fail as for any leadership change.
+ * Same calling rules as raft_host_submit.
+ */
+int raft_host_transfer(raft_host *h, uint64_t group, uint64_t target, raft_host_done_cb cb,
+                       void *data, strata_err *err);
+
+/* The target of the transfer in progress on this node for `group`, 0 if none. */
+uint64_t raft_host_transferee(const raft_host *h, uint64_t group);
+
 /* Encoding of C-Raft messages (proto/raft.proto), exposed for the transport and tests.
  * raft_msg_encode: *out malloc'd (free()). `entries` fills an AppendEntries body (its
  * n_entries entries, since the pure core does not carry payloads), may be NULL otherwise.

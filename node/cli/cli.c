@@ -8,6 +8,7 @@
 
 #include "node/cli/client.h"
 #include "node/cli/cluster_status.h"
+#include "node/cli/table_stats.h"
 
 #ifndef STRATA_VERSION
 #define STRATA_VERSION "unknown"
@@ -27,6 +28,7 @@ typedef struct {
     const char *subcommand;
     bool all;            /* cluster status: also ask every other node for its replicas */
     const char *node_id; /* node drain|remove|activate ID */
+    const char *table;   /* table stats NAME */
 } cli_args;
 
 static void usage(FILE *f)
@@ -43,6 +45,11 @@ static void usage(FILE *f)
                "                          `cluster status` shows its replicas reach 0\n"
                "  node remove ID          retire node ID once it holds no replica\n"
                "  node activate ID        cancel a drain\n"
+               "  leader rebalance        even out partition leaders over the ACTIVE nodes now\n"
+               "                          (POST /admin/rebalance-leaders; the cluster also does\n"
+               "                          it by itself)\n"
+               "  table stats NAME        consumed capacity, throttle events and hot keys of a\n"
+               "                          table, per partition, summed over the nodes\n"
                "\n"
                "The endpoint defaults to $STRATA_ENDPOINT, else " DEFAULT_ENDPOINT ".\n"
                "Exit codes: 0 ok, 1 unhealthy (or cluster not ready), 2 unreachable,\n"
@@ -74,6 +81,7 @@ static int parse_args(int argc, char **argv, cli_args *args, FILE *errout)
     args->subcommand = NULL;
     args->all = false;
     args->node_id = NULL;
+    args->table = NULL;
     for (int i = 1; i < argc; i++) {
         const char *v;
         if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
@@ -96,8 +104,11 @@ static int parse_args(int argc, char **argv, cli_args *args, FILE *errout)
         } else if (args->command == NULL) {
             args->command = argv[i];
         } else if (args->subcommand == NULL &&
-                   (strcmp(args->command, "cluster") == 0 || strcmp(args->command, "node") == 0)) {
+                   (strcmp(args->command, "cluster") == 0 || strcmp(args->command, "node") == 0 ||
+                    strcmp(args->command, "leader") == 0 || strcmp(args->command, "table") == 0)) {
             args->subcommand = argv[i];
+        } else if (args->table == NULL && strcmp(args->command, "table") == 0) {
+            args->table = argv[i];
         } else if (args->node_id == NULL && strcmp(args->command, "node") == 0) {
             args->node_id = argv[i];
         } else {
@@ -232,6 +243,49 @@ static int print_cluster(const cli_args *args, const char *body, FILE *out, FILE
     return CLI_EXIT_OK;
 }
 
+/* leader rebalance: POST /admin/rebalance-leaders {}. */
+static int cmd_rebalance(const cli_args *args, FILE *out, FILE *errout)
+{
+    cli_endpoint ep;
+    strata_err err;
+    if (endpoint_parse(args->endpoint, &ep, &err) != 0) {
+        fprintf(errout, "strata: %s\n", err.msg);
+        return CLI_EXIT_USAGE;
+    }
+    http_header h = {.name = "Content-Type", .value = "application/x-amz-json-1.0"};
+    cli_response r;
+    if (cli_http_request(&ep, "POST", "/admin/rebalance-leaders", &h, 1, "{}", 2, args->timeout_ms,
+                         &r, &err) != 0) {
+        fprintf(errout, "unreachable: %s: %s\n", args->endpoint, err.msg);
+        return CLI_EXIT_UNREACHABLE;
+    }
+    int code = CLI_EXIT_OK;
+    const char *moved = r.status == 200 ? strstr(r.body, "\"moved\":") : NULL;
+    if (moved == NULL) {
+        fprintf(errout, "strata: leader rebalance: HTTP %d: %.*s\n", r.status, BODY_ECHO_MAX,
+                r.body);
+        code = CLI_EXIT_UNHEALTHY;
+    } else {
+        unsigned long long n = strtoull(moved + strlen("\"moved\":"), NULL, 10);
+        fprintf(out,
+                "leader rebalance: %llu leader hint%s moved; partition leaders follow within "
+                "seconds (`strata cluster status --all`: leaders per node)\n",
+                n, n == 1 ? "" : "s");
+    }
+    cli_response_free(&r);
+    return code;
+}
+
+static int cmd_leader(const cli_args *args, FILE *out, FILE *errout)
+{
+    if (args->subcommand == NULL || strcmp(args->subcommand, "rebalance") != 0) {
+        fprintf(errout, "strata: leader needs a subcommand (rebalance)\n");
+        usage(errout);
+        return CLI_EXIT_USAGE;
+    }
+    return cmd_rebalance(args, out, errout);
+}
+
 static int cmd_cluster(const cli_args *args, FILE *out, FILE *errout)
 {
     if (args->subcommand == NULL || strcmp(args->subcommand, "status") != 0) {
@@ -331,6 +385,17 @@ int strata_cli_main(int argc, char **argv, FILE *out, FILE *errout)
         return cmd_cluster(&args, out, errout);
     if (strcmp(args.command, "node") == 0)
         return cmd_node(&args, out, errout);
+    if (strcmp(args.command, "leader") == 0)
+        return cmd_leader(&args, out, errout);
+    if (strcmp(args.command, "table") == 0) {
+        if (args.subcommand == NULL || strcmp(args.subcommand, "stats") != 0 ||
+            args.table == NULL) {
+            fprintf(errout, "strata: table needs stats and a table name\n");
+            usage(errout);
+            return CLI_EXIT_USAGE;
+        }
+        return cli_table_stats(args.endpoint, args.table, args.timeout_ms, out, errout);
+    }
     fprintf(errout, "strata: unknown command %s\n", args.command);
     usage(errout);
     return CLI_EXIT_USAGE;

@@ -303,7 +303,12 @@ static int partition_rows(table *t, const views *vs, const json_t *p, uint64_t l
             cell_u64(row[0], p, "id");
             cellf(row[1], "%s-%s", jstr(p, "hash_lo"), jstr(p, "hash_hi"));
             cell_u64(row[2], p, "epoch");
-            if (leader != 0)
+            /* The map's hint is where leadership is headed (leader balance): shown when
+             * it differs from the leader. */
+            uint64_t hint = ju64_or0(p, "leader_hint");
+            if (leader != 0 && hint != 0 && hint != leader)
+                cellf(row[3], "%" PRIu64 " (hint %" PRIu64 ")", leader, hint);
+            else if (leader != 0)
                 cellf(row[3], "%" PRIu64, leader);
             else
                 cellf(row[3], "%s", seen ? "none" : "?");

@@ -26,7 +26,9 @@
  *
  * The leader of a partition is the answer's "leader" (accurate when the answering node is
  * a member, a routing hint otherwise), except that a member reporting itself leader in its
- * own view wins (the highest term if several do). "Without leader" needs a member's view
+ * own view wins (the highest term if several do). When the map's "leader_hint" (where
+ * leader balancing is taking the leadership) names another node, the LEADER cell reads
+ * "L (hint H)". "Without leader" needs a member's view
  * naming none; a 0 from a non-member alone counts as "leader unknown".
  */
 #include <stdbool.h>

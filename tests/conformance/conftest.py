@@ -238,14 +238,41 @@ def ddb_error(code, message=None, match=None, status=400):
         assert resp["ResponseMetadata"]["HTTPStatusCode"] == status
 
 
+def throttled(e):
+    return isinstance(e, ClientError) and \
+        e.response["Error"]["Code"] == "ProvisionedThroughputExceededException"
+
+
+def retry_throttled(call, **kwargs):
+    """call(**kwargs), retried with backoff while it is throttled, as the SDKs do: a
+    partition serves 1,000 WCU / 3,000 RCU a second, which loading a single partition key
+    at full speed exceeds (on DynamoDB as on stratad)."""
+    deadline = time.monotonic() + 60
+    pause = 0.01
+    while True:
+        try:
+            return call(**kwargs)
+        except ClientError as e:
+            if not throttled(e) or time.monotonic() > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.5)
+
+
 def batch_write_all(client, name, items):
-    """BatchWriteItem every item (25 per request), resending UnprocessedItems."""
+    """BatchWriteItem every item (25 per request), resending UnprocessedItems (after a
+    backoff when nothing went through, as DynamoDB asks of clients)."""
     for start in range(0, len(items), 25):
         pending = {name: [{"PutRequest": {"Item": it}} for it in items[start:start + 25]]}
         deadline = time.monotonic() + 60
+        pause = 0.01
         while pending:
-            out = client.batch_write_item(RequestItems=pending)
+            before = sum(len(v) for v in pending.values())
+            out = retry_throttled(client.batch_write_item, RequestItems=pending)
             pending = out.get("UnprocessedItems") or {}
+            if pending and sum(len(v) for v in pending.values()) == before:
+                time.sleep(pause)
+                pause = min(pause * 2, 0.5)
             assert time.monotonic() < deadline, "BatchWriteItem keeps returning unprocessed items"
 
 

@@ -2,7 +2,7 @@
 over 10,000 items, the 1 MB page read before the filter, parallel Scan segments."""
 import pytest
 
-from conftest import BIG_N, MANY_PKS, ddb_error
+from conftest import BIG_N, MANY_PKS, ddb_error, retry_throttled
 
 
 def S(v):
@@ -238,8 +238,11 @@ def test_query_1mb_page_is_read_before_the_filter(ddb, one_partition_table):
 
 def test_query_1mb_page_with_large_items(ddb, table_hr):
     """Items of 150,000 bytes: a 1 MB page holds 6 or 7 of them."""
+    # 147 WCU each: 20 of them pass one partition's 1,000 WCU a second, so throttles are
+    # retried (retry_throttled), as an SDK would.
     for i in range(20):
-        ddb.put_item(TableName=table_hr, Item={"pk": S("big"), "sk": N(i), "d": S("x" * 149990)})
+        retry_throttled(ddb.put_item, TableName=table_hr,
+                        Item={"pk": S("big"), "sk": N(i), "d": S("x" * 149990)})
     out = ddb.query(TableName=table_hr, KeyConditionExpression="pk = :p",
                     FilterExpression="attribute_exists(nothing)",
                     ExpressionAttributeValues={":p": S("big")})

@@ -19,7 +19,13 @@ labels h1..h3) on free ports in a temporary directory, then checks:
  e) node 3 is killed, the others write until their logs are compacted past where node 3's
     end (small memtables: STRATA_MEMTABLE_BYTES), node 3 restarts and copies its partitions
     from live replicas (its log says so), and every partition's replicas end at one applied
-    index with one digest (GET /admin/digests).
+    index with one digest (GET /admin/digests);
+ f) CreateTable of different tables through the three nodes at once, round after round:
+    every one succeeds (each node stamps the next free table id from its copy of the map;
+    the loser of a clash re-stamps and proposes again) and every table has its own id.
+Leader balance: after the table is created, after the killed node restarted (c) and after
+the whole cluster restarted (d), the partitions' leaders end within 1 of even over the three
+nodes (leaders follow the map's balanced leader hints once the replicas are caught up).
 Ends with a summary: writes acknowledged, errors by type, leader failover time.
 Every wait polls a condition with a deadline.
 """
@@ -243,6 +249,28 @@ def create_table(c, cl):
         (TABLE, len(ps), {p["id"]: cl.leader_of(p["id"]) for p in ps}))
 
 
+def leaders_even(cl, what):
+    """Polls until every partition has a leader and the counts per node are within 1 of
+    even over the three nodes."""
+    got = [None]
+
+    def even():
+        ps = cl.partitions()
+        counts = {n.id: 0 for n in cl.nodes}
+        for p in ps:
+            lead = cl.leader_of(p["id"])
+            if lead is None:
+                return False
+            counts[lead] += 1
+        got[0] = counts
+        return bool(ps) and max(counts.values()) - min(counts.values()) <= 1
+    try:
+        poll(even, LEADERS_DEADLINE_S + 30, "leaders within 1 of even %s" % what, 0.3)
+    except Failure as e:
+        raise Failure("%s (last counts: %s)" % (e, got[0]))
+    log("leaders %s: %s" % (what, " ".join("%d:%d" % kv for kv in sorted(got[0].items()))))
+
+
 def get(c, key, consistent):
     r = c.get_item(TableName=TABLE, Key={"pk": {"S": key}}, ConsistentRead=consistent)
     return r.get("Item", {}).get("v", {}).get("S")
@@ -415,6 +443,7 @@ def part_c(cl, load, victim):
     last = sorted(load.acked.items())[-1]
     poll(lambda: get(c, last[0], False) == last[1], EVENTUAL_DEADLINE_S,
          "eventual read through node %d" % victim)
+    leaders_even(cl, "after node %d restarted" % victim)
     log("c) ok: node %d restarted, caught up in %.2f s, strong and eventual reads through it" %
         (victim, catchup_s))
     return catchup_s
@@ -453,6 +482,7 @@ def part_d(cl, load):
     acked["a-key"] = "a-value"
     read_back(cl, acked, [1, 2, 3])
     log("d) all 3 restarted after SIGTERM; %d writes still there" % len(acked))
+    leaders_even(cl, "after all 3 restarted")
     check(not problems, "; ".join(problems))
     log("d) ok: all 3 stopped cleanly with SIGTERM")
 
@@ -507,6 +537,32 @@ def part_e(cl):
         "replicas' digests agree" % (written, copies, time.time() - t0))
 
 
+def part_f(cl, rounds=4):
+    clients = [client(n.url, True) for n in cl.nodes]
+    errors, names = [], []
+
+    def create(c, name):
+        try:
+            c.create_table(TableName=name, BillingMode="PAY_PER_REQUEST",
+                           AttributeDefinitions=[{"AttributeName": "k", "AttributeType": "S"}],
+                           KeySchema=[{"AttributeName": "k", "KeyType": "HASH"}])
+        except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as e:
+            errors.append("%s: %s" % (name, e))
+    for r in range(rounds):
+        batch = ["concurrent-%d-%d" % (r, i) for i in range(len(clients))]
+        names += batch
+        ts = [threading.Thread(target=create, args=(c, n)) for c, n in zip(clients, batch)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+    check(not errors, "concurrent CreateTable failed: %s" % errors[:3])
+    ids = {clients[0].describe_table(TableName=n)["Table"]["TableId"] for n in names}
+    check(len(ids) == len(names), "%d tables share %d ids" % (len(names), len(ids)))
+    log("f) ok: %d tables created %d at a time through the 3 nodes, all with their own id" %
+        (len(names), len(clients)))
+
+
 def main():
     stratad = os.path.abspath(sys.argv[1])
     # Small memtables: engines flush and logs compact within the test (part e).
@@ -522,11 +578,13 @@ def main():
         cl.start()
         log("cluster ready in %.2f s" % (time.time() - t0))
         create_table(client(cl.node(1).url, True), cl)
+        leaders_even(cl, "after CreateTable")
         part_a(cl)
         load, victim, failover_s = part_b(cl, phase_writes)
         catchup_s = part_c(cl, load, victim)
         part_d(cl, load)
         part_e(cl)
+        part_f(cl)
         ok = True
         log("summary: writes acknowledged %d; client errors: %s; leader failover %.2f s; "
             "restarted node caught up in %.2f s" %

@@ -8,10 +8,17 @@ Usage: membership.py STRATAD STRATA
  3. `strata node drain 1` while writers run through every node: node 1 ends with no
     replica, clients see no error (boto3 with its standard retries), every acknowledged
     write reads back strongly, every partition has a leader.
- 4. `strata node remove 1`: node 1 is REMOVED; every partition's replicas agree (digests).
+ 4. `strata node activate 1`: node 1 gets its share of replicas back (the engine of node 1
+    flushes often, STRATA_MEMTABLE_BYTES, so its old replicas had durable indexes): the
+    new replicas agree with the others (digests), then node 1 drains again.
+    `strata node remove 1`: node 1 is REMOVED; every partition's replicas agree (digests).
  5. A fifth node (az1) joins and gets its share; it is killed for good: the meta leader
     marks it DOWN after 10 s and, past replace_after (--replace-after 5 here), re-creates its
     replicas on the other az1 node; every write is still there.
+Leader balance: after the join, after the drain and after the replacement, partition
+leaders end within 1 of even over the nodes holding replicas (leaders follow the map's
+leader hints, which the scheduler keeps balanced); `strata leader rebalance` answers
+through any node, and `cluster status --all` shows leaders per node.
 Every wait polls a condition with a deadline.
 """
 import json
@@ -74,9 +81,12 @@ class Node:
                "127.0.0.1:%d" % self.pport, "--data-dir", os.path.join(self.dir, "data"),
                "--initial-partitions", "8", "--replace-after", "5"]
         cmd += ["--bootstrap"] if self.id == 1 else ["--join", "127.0.0.1:%d" % self.seed]
+        env = dict(os.environ)
+        if self.id == 1:  # flushes often: its replicas have durable indexes when they leave
+            env["STRATA_MEMTABLE_BYTES"] = "262144"
         with open(self.log, "a") as f:
             self.proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL)
+                                         stdin=subprocess.DEVNULL, env=env)
 
     def admin(self, path="/admin/cluster"):
         try:
@@ -127,6 +137,48 @@ def all_led(node):
     return len(parts) == 8 and all(p["leader"] for p in parts)
 
 
+def leader_counts(nodes, ids):
+    """{node id: partitions of TABLE it leads} over `ids`, from each live node's own view
+    (a replica reporting itself leader; the highest term wins), or None while some
+    partition has no leader or a node does not answer."""
+    best = {}
+    for n in nodes:
+        if n.proc is None or n.killed or n.proc.poll() is not None:
+            continue
+        a = n.admin()
+        if a is None:
+            return None
+        for p in a.get("partitions", []):
+            loc = p.get("local")
+            if p["table"] == TABLE and loc and loc["state"] == "leader":
+                if p["id"] not in best or best[p["id"]][0] < loc["term"]:
+                    best[p["id"]] = (loc["term"], n.id)
+    if len(best) != 8:
+        return None
+    counts = {i: 0 for i in ids}
+    for _, nid in best.values():
+        if nid not in counts:
+            return None
+        counts[nid] += 1
+    return counts
+
+
+def leaders_even(nodes, ids, what):
+    """Polls until leaders are within 1 of even over `ids`; returns the counts."""
+    got = [None]
+
+    def even():
+        c = leader_counts(nodes, ids)
+        got[0] = c
+        return c is not None and max(c.values()) - min(c.values()) <= 1
+    try:
+        poll(even, "leaders within 1 of even over nodes %s %s" % (ids, what), 90)
+    except AssertionError:
+        raise AssertionError("leaders not even %s: %s" % (what, got[0]))
+    log("leaders %s: %s" % (what, " ".join("%d:%d" % kv for kv in sorted(got[0].items()))))
+    return got[0]
+
+
 def main():
     stratad, cli = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
     work = tempfile.mkdtemp(prefix="strata-moves-")
@@ -157,6 +209,17 @@ def main():
              "replicas spread evenly after node 4 joined (4 each on the az1 nodes)")
         log("join: node 4 received 4 replicas in %.1f s; node 1 kept 4; az2/az3 nodes 8 each"
             % (time.time() - t0))
+        leaders_even(nodes, [1, 2, 3, 4], "after node 4 joined")
+        # Every node counts every partition (from their leaders' figures), not only the
+        # replicas it holds: nodes 1 and 4 hold half of them each.
+        poll(lambda: all(client(n.url).describe_table(TableName=TABLE)["Table"]["ItemCount"]
+                         == 1000 for n in nodes[:4]), "ItemCount 1000 through every node", 30)
+        out = strata(cli, nodes[2], "leader", "rebalance")
+        assert "leader rebalance:" in out, out
+        log(out.strip())
+        out = strata(cli, nodes[0], "leader", "rebalance")
+        assert "leader rebalance:" in out, out
+        leaders_even(nodes, [1, 2, 3, 4], "after `strata leader rebalance`")
 
         stop, errors, lock = [False], [], threading.Lock()
         clients = [client(n.url) for n in nodes]
@@ -196,11 +259,24 @@ def main():
         log("drain: node 1 emptied in %.1f s under load; %d writes acknowledged, 0 errors, "
             "0 lost" % (drain_s, len(acked)))
 
+        leaders_even(nodes, [2, 3, 4], "after node 1 drained")
+        # Back again: the replicas it gets now must be copies of the current state, never
+        # its old replicas' indexes over the data deleted when they left.
+        t0 = time.time()
+        log(strata(cli, nodes[1], "node", "activate", "1").strip())
+        poll(lambda: replicas(nodes[1], 1)[0] == 4, "node 1 gets 4 replicas back after activate")
+        poll(lambda: digests_agree(nodes[0:4]), "replicas agree after node 1 came back")
+        log("activate: node 1 got 4 replicas back, all equal to their peers, in %.1f s"
+            % (time.time() - t0))
+        log(strata(cli, nodes[1], "node", "drain", "1").strip())
+        poll(lambda: replicas(nodes[1], 1)[0] == 0, "node 1 drained again")
+        leaders_even(nodes, [2, 3, 4], "after node 1 drained again")
         log(strata(cli, nodes[1], "node", "remove", "1").strip())
         poll(lambda: replicas(nodes[1], 1)[1] == "REMOVED", "node 1 REMOVED")
         poll(lambda: digests_agree(nodes[1:4]), "replicas of every partition agree")
-        status = strata(cli, nodes[1], "cluster", "status")
+        status = strata(cli, nodes[1], "cluster", "status", "--all")
         log(status)
+        assert "leaders per node 1:0 2:" in status, status
 
         nodes[4].start(stratad)
         poll(lambda: replicas(nodes[1], 5)[0] == 4 and replicas(nodes[1], 4)[0] == 4,
@@ -218,6 +294,7 @@ def main():
                               ConsistentRead=True).get("Item", {}).get("v", {}).get("S") != v]
         assert not lost, "%d writes lost after the replacement" % len(lost)
         poll(lambda: digests_agree(nodes[1:4]), "replicas agree after the replacement")
+        leaders_even(nodes, [2, 3, 4], "after node 5's replicas were re-created")
         log("down: node 5 killed; DOWN and its replicas re-created on node 4 within %.1f s; "
             "%d writes all there" % (time.time() - t0, len(acked)))
         ok = True

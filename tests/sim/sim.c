@@ -41,6 +41,11 @@
  *            and 50-350 ms later stop and drop the removed replica (log, engine state). Each
  *            step is read off the leader's configuration, so moves survive crashes, cuts and
  *            leader changes; a restarted joined replica comes back with join_group.
+ *   transfers: (--transfers) every 10-60 ms until the faults end, the leader of a random
+ *            group hands its leadership to a random other node (raft_host_transfer), to a
+ *            caught-up voter (raft_host_transfer_ready) most of the time, to anyone the
+ *            rest (refused, or a lagging target the core waits for), during the faults,
+ *            the writes and (with --moves) the configuration changes.
  *
  * Checks (any failure prints the seed and the last events):
  *   1. at most one leader per term per group (sampled after every event);
@@ -57,6 +62,8 @@
  *      is never candidate or leader; every move completes; at the end each group's
  *      configuration is committed, has the initial number of voters and no learner, and is
  *      exactly the set of nodes holding a replica (checks 3 and 4 run over those).
+ *   7. (--transfers) every started transfer's callback fires exactly once, and a transfer
+ *      reported done (ERR_NONE) left its old leader not leading.
  * `--inject stale-read|lying-disk|bad-copy` plants a bug (reads without a barrier, an
  * fsync that lies, an engine snapshot missing its last write) that the checks must catch.
  */
@@ -88,6 +95,7 @@ enum { INJECT_NONE, INJECT_STALE_READ, INJECT_LYING_DISK, INJECT_BAD_COPY };
 static int g_inject;
 static bool g_wild_net;
 static bool g_moves;
+static bool g_transfers;
 
 /* ---- PRNG: splitmix64 seeding xoshiro256** ---- */
 
@@ -146,7 +154,8 @@ enum {
     EV_COPY_REQ,
     EV_COPY_CHUNK,
     EV_COPY_TIMEOUT,
-    EV_MOVE
+    EV_MOVE,
+    EV_TRANSFER
 };
 
 typedef struct {
@@ -323,9 +332,12 @@ typedef struct sim {
     bool moves;
     int nvoters; /* voters per group (the initial members are nodes 1..nvoters) */
     mover mv;
+    bool transfers;
+    uint64_t transfers_pending; /* started, callback not fired yet */
     /* stats */
     uint64_t events, msgs, acked, reads_ok, crashes, busy, snap_points, compactions, installs,
-        install_failures, chunks, moves_done, changes, self_removals;
+        install_failures, chunks, moves_done, changes, self_removals, transfers_started,
+        transfers_done, transfers_failed, transfers_refused;
 } sim;
 
 static void fail(sim *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -1419,13 +1431,68 @@ static void final_checks(sim *s)
     }
 }
 
+/* ---- leadership transfers (--transfers) ---- */
+
+typedef struct {
+    sim *s;
+    node *from;
+    int group;
+    uint64_t incarnation;
+} transfer_ctx;
+
+static void transfer_cb(void *data, const raft_host_outcome *o)
+{
+    transfer_ctx *t = data;
+    sim *s = t->s;
+    if (s->transfers_pending == 0)
+        fail(s, "a transfer callback fired twice (or unasked)");
+    else
+        s->transfers_pending--;
+    if (o->code == ERR_NONE) {
+        s->transfers_done++;
+        /* Done means the old leader stepped down (checked only while its host lives: a
+         * crash fails the callback instead). */
+        if (t->from->up && t->from->incarnation == t->incarnation &&
+            raft_host_is_leader(t->from->host, (uint64_t)t->group))
+            fail(s, "transfer on group %d reported done while node %d still leads", t->group,
+                 t->from->id);
+    } else {
+        s->transfers_failed++;
+    }
+    free(t);
+}
+
+static void transfer_try(sim *s)
+{
+    int g = (int)rnd(&s->rng, (uint64_t)s->ngroups);
+    int l = group_leader(s, g);
+    if (l == 0)
+        return;
+    node *nd = &s->nodes[l];
+    uint64_t target = 1 + rnd(&s->rng, (uint64_t)s->nnodes);
+    if (chance(&s->rng, 800) && !raft_host_transfer_ready(nd->host, (uint64_t)g, target, 4, NULL))
+        return;
+    transfer_ctx *t = xcalloc(1, sizeof *t);
+    *t = (transfer_ctx){.s = s, .from = nd, .group = g, .incarnation = nd->incarnation};
+    s->transfers_pending++;
+    strata_err err;
+    if (raft_host_transfer(nd->host, (uint64_t)g, target, transfer_cb, t, &err) != 0) {
+        s->transfers_pending--;
+        s->transfers_refused++;
+        free(t);
+        return;
+    }
+    s->transfers_started++;
+}
+
 /* ---- main loop ---- */
 
 static const char *ev_name(int t)
 {
-    static const char *names[] = {"deliver", "disk",  "timer", "client",    "fault",      "heal",
-                                  "resume",  "flush", "copy",  "copy-data", "copy-retry", "move"};
-    return t >= 0 && t <= EV_MOVE ? names[t] : "?";
+    static const char *names[] = {"deliver",    "disk",   "timer",   "client", "fault",
+                                  "heal",       "resume", "flush",   "copy",   "copy-data",
+                                  "copy-retry", "move",   "transfer"};
+    return t >= 0 && t <= EV_TRANSFER ? names[t] : "?";
 }
 
 static void record(sim *s, const event *e)
@@ -1530,6 +1597,12 @@ static void handle(sim *s, event *e)
         move_step(s);
         push(s, (event){.time = s->now + 5 + rnd(&s->rng, 20), .type = EV_MOVE});
         break;
+    case EV_TRANSFER:
+        if (s->now >= FAULT_END_MS)
+            break;
+        transfer_try(s);
+        push(s, (event){.time = s->now + 10 + rnd(&s->rng, 50), .type = EV_TRANSFER});
+        break;
     case EV_RESUME:
         if (nd->up && e->gen == nd->incarnation) {
             fsm_group *f = &nd->fsm[e->group];
@@ -1569,6 +1642,9 @@ static bool run_seed(uint64_t seed, int nodes_opt, bool verbose)
     push(s, (event){.time = 20 + rnd(&s->rng, 20), .type = EV_FLUSH});
     if (s->moves)
         push(s, (event){.time = 300 + rnd(&s->rng, 200), .type = EV_MOVE});
+    s->transfers = g_transfers;
+    if (s->transfers)
+        push(s, (event){.time = 300 + rnd(&s->rng, 200), .type = EV_TRANSFER});
 
     while (s->nheap > 0 && !s->failed) {
         event e = pop(s);
@@ -1584,6 +1660,8 @@ static bool run_seed(uint64_t seed, int nodes_opt, bool verbose)
     }
     if (!s->failed)
         final_checks(s);
+    if (!s->failed && s->transfers_pending != 0)
+        fail(s, "%" PRIu64 " transfer callbacks never fired", s->transfers_pending);
 
     bool ok = !s->failed;
     if (!ok) {
@@ -1597,10 +1675,12 @@ static bool run_seed(uint64_t seed, int nodes_opt, bool verbose)
                " crashes, %" PRIu64 " busy applies, %" PRIu64 " compactions, %" PRIu64
                " snapshot points, %" PRIu64 " installs (%" PRIu64 " copies failed, %" PRIu64
                " chunks), %" PRIu64 " moves (%" PRIu64 " changes proposed, %" PRIu64
-               " by a leader removing itself); applied",
+               " by a leader removing itself), transfers %" PRIu64 " started (%" PRIu64
+               " done, %" PRIu64 " gave up, %" PRIu64 " refused); applied",
                seed, s->nnodes, s->ngroups, s->events, s->msgs, s->acked, s->reads_ok, s->crashes,
                s->busy, s->compactions, s->snap_points, s->installs, s->install_failures, s->chunks,
-               s->moves_done, s->changes, s->self_removals);
+               s->moves_done, s->changes, s->self_removals, s->transfers_started, s->transfers_done,
+               s->transfers_failed, s->transfers_refused);
         for (int g = 0; g < s->ngroups; g++) {
             int r = 1;
             while (r < s->nnodes && !s->nodes[r].hosted[g])
@@ -1649,8 +1729,9 @@ static bool run_seed(uint64_t seed, int nodes_opt, bool verbose)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: sim (--seed N | --seeds A-B) [--nodes 3|5] [--moves] [--inject "
-                    "stale-read|lying-disk|bad-copy] [-v]\n");
+    fprintf(stderr,
+            "usage: sim (--seed N | --seeds A-B) [--nodes 3|5] [--moves] [--transfers] [--inject "
+            "stale-read|lying-disk|bad-copy] [-v]\n");
     exit(2);
 }
 
@@ -1684,6 +1765,8 @@ int main(int argc, char **argv)
             g_wild_net = true;
         } else if (strcmp(argv[i], "--moves") == 0) {
             g_moves = true;
+        } else if (strcmp(argv[i], "--transfers") == 0) {
+            g_transfers = true;
         } else if (strcmp(argv[i], "-v") == 0) {
             verbose = true;
         } else {

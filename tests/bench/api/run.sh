@@ -79,7 +79,9 @@ create_bench_table() {
 
 # stratad on a free port with a fresh data dir.
 mkdir -p "$tmp/stratad-data"
-"$stratad_bin" --listen 127.0.0.1:0 --data-dir "$tmp/stratad-data" >"$tmp/stratad.log" 2>&1 &
+# --throttle false: dynalite never throttles; measure the server, not DynamoDB's limits.
+"$stratad_bin" --listen 127.0.0.1:0 --data-dir "$tmp/stratad-data" --throttle false \
+    >"$tmp/stratad.log" 2>&1 &
 stratad_pid=$!
 deadline=$((SECONDS + 60))
 stratad_url=

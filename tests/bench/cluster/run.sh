@@ -169,7 +169,8 @@ start_cluster() {   # start_cluster P
         node_port[$p:$i]=$cport
         local args=(--node-id "$i" --az "az$i" --host-label "h$i"
             --listen "127.0.0.1:$cport" --peer-listen "127.0.0.1:$pport"
-            --data-dir "$tmp/s$p/d$i" --initial-partitions "$p" --log-level warn)
+            --data-dir "$tmp/s$p/d$i" --initial-partitions "$p" --log-level warn
+            --throttle false)  # peers never throttle: measure the system, not the limits
         if [ "$i" = 1 ]; then args+=(--bootstrap --bootstrap-expect 3)
         else args+=(--join "127.0.0.1:${ports[3]}"); fi
         mkdir -p "$tmp/s$p/d$i"

@@ -92,8 +92,12 @@ static void test_flags(void **state)
     assert_int_equal(c.listen.port, 0);
     assert_string_equal(c.advertise.host, ""); /* single node: nothing dialable to advertise */
     assert_int_equal(c.initial_partitions, 8);
+    assert_true(c.throttle); /* the default */
     assert_int_equal(c.level, LOG_DEBUG);
     assert_string_equal(c.region, "eu-west-1");
+    assert_int_equal(parse(&c, &err, "--data-dir=/d", "--throttle", "false"), 0);
+    assert_false(c.throttle);
+    assert_int_equal(parse(&c, &err, "--data-dir=/d", "--throttle=maybe"), -1);
     assert_int_equal(parse(&c, &err, "--listen=[::1]:9000", "--data-dir", "d"), 0);
     assert_string_equal(c.listen.host, "::1");
     assert_int_equal(c.listen.port, 9000);

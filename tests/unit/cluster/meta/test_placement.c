@@ -525,6 +525,64 @@ static void test_leaders_leave_unfit_nodes(void **state)
     meta_free(s);
 }
 
+static size_t apply_leader_list(meta_state *s, placement_leader *l, size_t n)
+{
+    strata_err err;
+    for (size_t i = 0; i < n; i++) {
+        meta_cmd c = {
+            .kind = META_CMD_SET_LEADER, .partition_id = l[i].partition_id, .node_id = l[i].leader};
+        if (run(s, &c, &err))
+            fail_msg("set leader: %s", err.msg);
+    }
+    free(l);
+    return n;
+}
+
+/* placement_leaders_fix moves only the hints that must move (off a DRAINING node here),
+ * never shuffles the others; placement_leaders then evens out; a balanced map plans
+ * nothing. */
+static void test_leaders_fix_only_unfit(void **state)
+{
+    (void)state;
+    meta_state *s = meta_new();
+    reg(s, 1, "a", "h1");
+    reg(s, 2, "b", "h2");
+    reg(s, 3, "c", "h3");
+    reg(s, 4, "a", "h4");
+    create_table(s, "t", 8);
+    placement_leader *l;
+    size_t n;
+    strata_err err;
+    apply_leaders(s);
+    size_t before[5];
+    for (uint64_t i = 1; i <= 4; i++)
+        before[i] = leaders_of(s, i);
+    set_state(s, 1, META_NODE_DRAINING, 10);
+    assert_int_equal(placement_leaders_fix(s, &l, &n, &err), 0);
+    assert_int_equal(n, before[1]);
+    for (size_t i = 0; i < n; i++)
+        assert_int_not_equal(l[i].leader, 1);
+    apply_leader_list(s, l, n);
+    assert_int_equal(leaders_of(s, 1), 0);
+    assert_int_equal(leaders_of(s, 4), before[4]); /* untouched: no balancing */
+    assert_int_equal(placement_leaders_fix(s, &l, &n, &err), 0);
+    assert_int_equal(apply_leader_list(s, l, n), 0);
+    /* Back to ACTIVE: balancing gives node 1 its share again, within 1 of even. */
+    set_state(s, 1, META_NODE_ACTIVE, 11);
+    assert_int_equal(placement_leaders(s, &l, &n, &err), 0);
+    assert_true(apply_leader_list(s, l, n) > 0);
+    size_t lo = SIZE_MAX, hi = 0;
+    for (uint64_t i = 1; i <= 4; i++) {
+        size_t k = leaders_of(s, i);
+        lo = k < lo ? k : lo;
+        hi = k > hi ? k : hi;
+    }
+    assert_true(hi - lo <= 1);
+    assert_int_equal(placement_leaders(s, &l, &n, &err), 0);
+    assert_int_equal(apply_leader_list(s, l, n), 0); /* stable */
+    meta_free(s);
+}
+
 static void test_replace_after_deadline(void **state)
 {
     (void)state;
@@ -569,6 +627,7 @@ int main(void)
         cmocka_unit_test(test_drain_impossible_with_three_single_node_azs),
         cmocka_unit_test(test_rebalance_through_third_node),
         cmocka_unit_test(test_leaders_leave_unfit_nodes),
+        cmocka_unit_test(test_leaders_fix_only_unfit),
         cmocka_unit_test(test_replace_after_deadline),
         cmocka_unit_test(test_randomized_clusters),
         cmocka_unit_test(test_determinism),

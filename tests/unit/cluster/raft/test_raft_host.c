@@ -1545,6 +1545,75 @@ static void test_membership_move(void **state)
     cluster_stop();
 }
 
+/* Leadership transfer: refused to a non-voter, to itself and while one is in progress;
+ * entries are refused while leadership moves; a caught-up target takes over; a target cut
+ * off never does, and the transfer gives up with the old leader still leading. */
+static void test_transfer(void **state)
+{
+    (void)state;
+    strata_err err;
+    cluster_start();
+    int l = cluster_write(2);
+    int t = l % 3 + 1, other = t % 3 + 1;
+    if (other == l)
+        other = other % 3 + 1;
+    outcome_rec tr = {0};
+    assert_int_equal(raft_host_transfer(ch[l], 1, (uint64_t)l, record, &tr, &err), -1);
+    assert_int_equal(err.code, ERR_VALIDATION);
+    assert_int_equal(raft_host_transfer(ch[l], 1, 9, record, &tr, &err), -1);
+    assert_int_equal(err.code, ERR_VALIDATION);
+    assert_int_equal(raft_host_transfer(ch[t], 1, (uint64_t)l, record, &tr, &err), -1);
+    assert_int_equal(err.code, ERR_UNAVAILABLE);
+    for (int r = 0; r < 400 && !raft_host_transfer_ready(ch[l], 1, (uint64_t)t, 0, NULL); r++)
+        cluster_round();
+    assert_true(raft_host_transfer_ready(ch[l], 1, (uint64_t)t, 0, &err));
+
+    assert_int_equal(raft_host_transfer(ch[l], 1, (uint64_t)t, record, &tr, &err), 0);
+    assert_int_equal(raft_host_transferee(ch[l], 1), (uint64_t)t);
+    outcome_rec w = {0}, tr2 = {0};
+    if (tr.calls == 0) { /* still moving: no entries, no second transfer */
+        assert_int_equal(raft_host_submit(ch[l], 1, "x", 1, record, &w, &err), -1);
+        assert_int_equal(err.code, ERR_UNAVAILABLE);
+        assert_int_equal(raft_host_transfer(ch[l], 1, (uint64_t)other, record, &tr2, &err), -1);
+        assert_false(raft_host_transfer_ready(ch[l], 1, (uint64_t)other, 0, NULL));
+    }
+    for (int r = 0; r < 400 && (tr.calls == 0 || cluster_leader() != t); r++)
+        cluster_round();
+    assert_int_equal(tr.calls, 1);
+    assert_int_equal(tr.code, ERR_NONE);
+    assert_int_equal(cluster_leader(), t);
+    assert_false(raft_host_is_leader(ch[l], 1));
+    assert_int_equal(raft_host_transferee(ch[l], 1), 0);
+    assert_int_equal(tr2.calls, 0);
+    assert_int_equal(cluster_write(1), t); /* the new leader takes writes */
+
+    /* A target that is cut off never campaigns: the core gives up after an election
+     * timeout, the leader leads on and takes writes again. */
+    cut[other] = true;
+    outcome_rec tr3 = {0};
+    assert_int_equal(raft_host_transfer(ch[t], 1, (uint64_t)other, record, &tr3, &err), 0);
+    for (int r = 0; r < 400 && tr3.calls == 0; r++)
+        cluster_round();
+    assert_int_equal(tr3.calls, 1);
+    assert_int_equal(tr3.code, ERR_UNAVAILABLE);
+    assert_true(raft_host_is_leader(ch[t], 1));
+    assert_int_equal(raft_host_transferee(ch[t], 1), 0);
+    assert_int_equal(cluster_write(1), t);
+
+    /* A transfer pending when the host closes fails. */
+    cut[other] = false;
+    for (int r = 0; r < 400 && !raft_host_transfer_ready(ch[t], 1, (uint64_t)other, 0, NULL); r++)
+        cluster_round();
+    outcome_rec tr4 = {0};
+    cut[other] = true;
+    assert_int_equal(raft_host_transfer(ch[t], 1, (uint64_t)other, record, &tr4, &err), 0);
+    raft_host_destroy(ch[t]);
+    ch[t] = NULL;
+    assert_int_equal(tr4.calls, 1);
+    assert_int_equal(tr4.code, ERR_UNAVAILABLE);
+    cluster_stop();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1565,6 +1634,7 @@ int main(void)
         cmocka_unit_test(test_join_group_waits),
         cmocka_unit_test(test_membership_move),
         cmocka_unit_test(test_change_mid_batch),
+        cmocka_unit_test(test_transfer),
         cmocka_unit_test(test_codec_roundtrip),
         cmocka_unit_test(test_codec_rejects_malformed),
     };
