@@ -1,19 +1,23 @@
 #!/usr/bin/python3
-"""Chaos run: start stratad (one node, or a cluster of --cluster N nodes on loopback), run
-the workload, inject faults from a seeded schedule, heal, read every key, compare the
-replicas of every partition, check the history, print the report.
+"""Chaos run: start stratad (one node, or a cluster of --cluster N nodes, each in its own
+network namespace as root, else on loopback), run the workload, inject faults from a
+seeded schedule, heal, read every key, compare the replicas of every partition, check the
+history, print the report.
 
-Usage: chaos.py --stratad BIN [--cluster N] [--duration S] [--schedule short|long]
-                [--seed N] [--clients N] [--keys N] [--faults K,K] [--out DIR] [--keep]
+Usage: chaos.py --stratad BIN [--strata CLI] [--cluster N] [--net auto|netns|loopback]
+                [--duration S] [--schedule short|long] [--seed N] [--clients N]
+                [--keys N] [--faults K,K] [--out DIR] [--keep]
 Exit status: 0 clean; 1 anomalies found by the checker; 3 stratad misbehaved (did not
 start or restart, died on its own, could not serve the final reads, a restarted replica
-did not catch up).
+did not catch up, a drain or the re-spread after it did not finish); 143 SIGTERM.
 
 The cluster is a list of Node objects; a fault kind is a function in FAULTS taking
 (run, node, rng) that injects the fault, waits, heals it (calling run.healed() at the
-moment it heals) and returns a detail string. At most one node is faulty at a time:
-every fault waits, before it returns, until its node serves again and (in a cluster)
-its replicas have caught up, so the cluster always keeps a majority of every group.
+moment it heals) and returns a detail string. At most one fault is active at a time, and
+it hits one node or one AZ: every fault waits, before it returns, until its nodes serve
+again and (in a cluster) their replicas have caught up, so the cluster always keeps a
+majority of every group (one replica per AZ). Network faults are iptables rules (and a
+delayer) inside the nodes' namespaces, see netns.py.
 """
 import argparse
 import json
@@ -32,6 +36,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import checker  # noqa: E402
+import netns  # noqa: E402
 import workload  # noqa: E402
 
 START_TIMEOUT_S = 30        # single node: serving line
@@ -42,6 +47,8 @@ CONVERGE_DEADLINE_S = 90    # after healing: all replicas of every partition at 
 STOP_DEADLINE_S = 30        # SIGTERM to exit
 LAG_DEADLINE_S = 30         # kill9-lag: longest wait for a leader to compact past the node
 MEMTABLE_BYTES = "262144"   # STRATA_MEMTABLE_BYTES: engines flush and logs compact early
+DRAIN_DEADLINE_S = 120      # drain-join: a drained node holds no replica
+SPREAD_DEADLINE_S = 150     # drain-join: after activate, replicas even again in its AZ
 
 
 class Misbehaved(Exception):
@@ -100,7 +107,8 @@ class Node:
         log.flush()
         self.log_offset = log.tell()
         self.proc = subprocess.Popen(self.command(), stdout=subprocess.PIPE, stderr=log,
-                                     stdin=subprocess.DEVNULL, env=self.env(), text=True)
+                                     stdin=subprocess.DEVNULL, env=self.env(), text=True,
+                                     preexec_fn=netns.die_with_runner)
         log.close()
         # Reads stdout in a thread so a silent stratad cannot block us past the deadline.
         ready = threading.Event()
@@ -171,10 +179,11 @@ class ClusterNode(Node):
                  n_nodes):
         super().__init__(index, stratad, data_dir, log_path, port)
         self.peer_port, self.bootstrap_peer, self.n_nodes = peer_port, bootstrap_peer, n_nodes
+        self.az = (index - 1) % 3 + 1
 
     def command(self):
         cmd = [self.stratad, "--node-id", str(self.index),
-               "--az", "az%d" % ((self.index - 1) % 3 + 1), "--host-label", "h%d" % self.index,
+               "--az", "az%d" % self.az, "--host-label", "h%d" % self.index,
                "--listen", "%s:%d" % (self.host, self.port),
                "--peer-listen", "%s:%d" % (self.host, self.peer_port),
                "--data-dir", self.data_dir]
@@ -206,6 +215,31 @@ class ClusterNode(Node):
                 if p.get("table") == table and "local" in p}
 
 
+class NetNode(ClusterNode):
+    """A cluster node in its own network namespace (netns.Net): same flags, but it listens
+    on every address of its namespace, advertises its bridge address, and every node
+    uses the same ports. The runner reaches it at its bridge address."""
+
+    def __init__(self, index, stratad, data_dir, log_path, net, n_nodes):
+        super().__init__(index, stratad, data_dir, log_path, net.PORT, net.PEER_PORT,
+                         net.PEER_PORT, n_nodes)
+        self.net, self.host = net, net.addr(index)
+
+    def command(self):
+        cmd = [self.stratad, "--node-id", str(self.index),
+               "--az", "az%d" % self.az, "--host-label", "h%d" % self.index,
+               "--listen", "0.0.0.0:%d" % self.port,
+               "--advertise", "%s:%d" % (self.host, self.port),
+               "--peer-listen", "0.0.0.0:%d" % self.peer_port,
+               "--peer-advertise", "%s:%d" % (self.host, self.peer_port),
+               "--data-dir", self.data_dir]
+        if self.index == 1:
+            cmd += ["--bootstrap", "--bootstrap-expect", str(min(self.n_nodes, 3))]
+        else:
+            cmd += ["--join", "%s:%d" % (self.net.addr(1), self.peer_port)]
+        return self.net.wrap(self.index, cmd)
+
+
 # ---- cluster state, from /admin/cluster of every live node ----
 
 def views(run):
@@ -222,13 +256,16 @@ def views(run):
 
 def leader_views(run):
     """{partition id: (leader node id, its "local" entry)} of the chaos table, as the
-    leaders themselves report it."""
+    leaders themselves report it. A leader cut off by a network fault still believes it
+    leads: of two claims the higher term wins."""
     out = {}
     for nid, a in views(run).items():
         for p in a.get("partitions", []):
             loc = p.get("local")
             if p.get("table") == workload.TABLE and loc and loc.get("state") == "leader":
-                out[p["id"]] = (nid, loc)
+                old = out.get(p["id"])
+                if old is None or loc.get("term", 0) > old[1].get("term", 0):
+                    out[p["id"]] = (nid, loc)
     return out
 
 
@@ -246,10 +283,14 @@ def table_partitions(run):
 
 
 def wait_ready(run, node):
-    if not poll(lambda: (node.get("/admin/cluster") or {}).get("ready") is True,
+    if not poll(lambda: not node.alive() or
+                (node.get("/admin/cluster") or {}).get("ready") is True,
                 CLUSTER_START_S, 0.1):
         raise Misbehaved("node %d not ready within %ds (log %s)"
                          % (node.index, CLUSTER_START_S, node.log_path))
+    if not node.alive():
+        raise Misbehaved("node %d died on its own (exit %s; log %s)"
+                         % (node.index, node.proc.returncode, node.log_path))
 
 
 def wait_leaders(run):
@@ -281,9 +322,10 @@ def wait_back(run, node):
     seconds it took."""
     t0 = time.monotonic()
     wait_ready(run, node)
-    if not poll(lambda: caught_up(run, node), CATCHUP_DEADLINE_S, 0.1):
+    if not poll(lambda: not node.alive() or caught_up(run, node), CATCHUP_DEADLINE_S, 0.1):
         raise Misbehaved("node %d: replicas did not catch up with their leaders within %ds"
                          % (node.index, CATCHUP_DEADLINE_S))
+    run.check_alive()
     return time.monotonic() - t0
 
 
@@ -293,13 +335,14 @@ def copies_in_log(text):
 
 
 class Failover:
-    """Measures, while a fault holds `node`, how long the partitions it led took to get
-    another leader (as the other nodes report it)."""
+    """Measures, while a fault holds `node` (or every node of `group`, a list of ids), how
+    long the partitions it led took to get a leader elsewhere (as the nodes report it)."""
 
-    def __init__(self, run, node):
+    def __init__(self, run, node, group=None):
         self.run, self.node = run, node
+        self.group = set(group or [node.index])
         self.led = sorted(pid for pid, (nid, _) in leader_views(run).items()
-                          if nid == node.index) if run.cluster else []
+                          if nid in self.group) if run.cluster else []
         self.t0 = time.monotonic()
         self.after = {}
 
@@ -308,7 +351,7 @@ class Failover:
             return
         now = time.monotonic() - self.t0
         for pid, (nid, _) in leader_views(self.run).items():
-            if pid in self.led and pid not in self.after and nid != self.node.index:
+            if pid in self.led and pid not in self.after and nid not in self.group:
                 self.after[pid] = now
 
     def hold(self, seconds):
@@ -442,11 +485,194 @@ def fault_pause(run, node, rng):
     return "SIGSTOP for %.1fs, caught up in %.1fs%s" % (hold, back, fo.describe())
 
 
-def fault_partition(run, node, rng):
-    # Network partitions (one AZ from the others, leader isolation, asymmetric ones, loss
-    # and delay) need a network namespace per node and iptables/netem inside them, which
-    # need root: deploy/azsim.sh is the place for them, not this loopback runner.
-    raise NotImplementedError("partition faults need network namespaces (deploy/azsim.sh)")
+# ---- network faults: rules inside the nodes' namespaces (netns.Net), root only ----
+
+def _net_fault(run, group, inject, hold, detail, on_heal=None):
+    """Injects a network fault between the nodes of group (ids) and the others, holds it
+    for hold seconds watching for new leaders, heals every network fault (then calls
+    on_heal), then waits until each node of group is ready and caught up. Returns the
+    detail string."""
+    fo = Failover(run, run.node(group[0]), group)
+    try:
+        inject()
+        fo.hold(hold)
+    finally:
+        run.net.heal()
+        run.healed()
+        if on_heal is not None:
+            on_heal()
+    back = max(wait_back(run, run.node(nid)) for nid in group)
+    return "%s for %.1fs, caught up in %.1fs%s" % (detail, hold, back, fo.describe())
+
+
+def _others(run, group):
+    return [n.index for n in run.nodes if n.index not in group]
+
+
+def _names(ids):
+    return ",".join("n%d" % i for i in sorted(ids))
+
+
+def fault_partition_az(run, node, rng):
+    # The node's whole AZ is cut off from the other AZs, both ways; every group keeps its
+    # two replicas outside it (one replica per AZ), so a majority.
+    group = [n.index for n in run.nodes if n.az == node.az]
+    others = _others(run, group)
+    return _net_fault(run, group, lambda: run.net.cut(group, others), rng.uniform(2.0, 5.0),
+                      "az%d (%s) cut off from %s" % (node.az, _names(group), _names(others)))
+
+
+def fault_isolate_leader(run, node, rng):
+    # node is a partition's leader (pick_leader): cut off from every other node while
+    # clients still reach it. It keeps believing it leads until it hears of a higher
+    # term; a strong read it served from its stale state would be flagged by the checker.
+    # Clients move away from a node after an error, so probers (client ids 100..) keep
+    # sending strong reads to it for as long as it is cut off.
+    group = [node.index]
+    others = _others(run, group)
+    stop = threading.Event()
+    probers = [workload.Prober(100 + i, (node.index, node.host, node.port), run.keys,
+                               run.hist, stop) for i in range(3)]
+
+    def inject():
+        run.net.cut(group, others)
+        for p in probers:
+            p.start()
+
+    def on_heal():
+        stop.set()
+        for p in probers:
+            if p.is_alive():
+                p.join(5)
+    try:
+        detail = _net_fault(run, group, inject, rng.uniform(2.5, 5.0),
+                            "n%d isolated from %s (clients still reach it)"
+                            % (node.index, _names(others)), on_heal)
+    finally:
+        on_heal()
+    counts = {k: sum(p.counts[k] for p in probers) for k in ("ok", "unknown", "fail")}
+    return "%s; probe strong reads through n%d until healed: %s" % (
+        detail, node.index, " ".join("%s=%d" % kv for kv in sorted(counts.items())))
+
+
+def fault_asymmetric(run, node, rng):
+    direction = rng.choice(("out", "in"))
+    group = [node.index]
+    others = _others(run, group)
+    what = ("n%d -> %s dropped (it hears them, they do not hear it)" if direction == "out"
+            else "%s -> n%d dropped (they hear it, it does not hear them)")
+    return _net_fault(run, group, lambda: run.net.cut(group, others, direction),
+                      rng.uniform(2.0, 5.0), what % ((node.index, _names(others))
+                                                     if direction == "out"
+                                                     else (_names(others), node.index)))
+
+
+def fault_loss(run, node, rng):
+    pct = rng.uniform(20.0, 40.0)
+    group = [node.index]
+    others = _others(run, group)
+    return _net_fault(run, group, lambda: run.net.loss(group, others, pct),
+                      rng.uniform(3.0, 6.0), "%.0f%% loss each way between n%d and %s" % (
+                          pct, node.index, _names(others)))
+
+
+def fault_delay(run, node, rng):
+    # Half of the time the node's whole AZ. The delay stays well below the 1 s election
+    # timeout: leaders keep leading, but every replication round trip gets slower.
+    group = [node.index] if rng.random() < 0.5 else \
+        [n.index for n in run.nodes if n.az == node.az]
+    others = _others(run, group)
+    ms = rng.randint(50, 300)
+    return _net_fault(run, group,
+                      lambda: run.net.delay(group, others, ms, run.out_dir),
+                      rng.uniform(3.0, 6.0), "%s -> %s delayed %d ms (%s)" % (
+                          _names(group), _names(others), ms, run.net.delay_method()))
+
+
+# ---- drain and join under load: the strata CLI (node drain / node activate) ----
+
+def replica_counts(run):
+    """{node id: (state, replicas)} as the first node that answers sees the cluster."""
+    for a in views(run).values():
+        nodes = a.get("nodes", [])
+        if nodes:
+            return {n["id"]: (n.get("state"), n.get("replicas")) for n in nodes}
+    return {}
+
+
+def strata_cli(run, via, *args):
+    cmd = [run.strata, "--endpoint", "http://%s:%d" % (via.host, via.port)] + list(args)
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise Misbehaved("%s: %s" % (" ".join(cmd), e))
+    if r.returncode != 0:
+        raise Misbehaved("%s: exit %d: %s %s" % (" ".join(args), r.returncode,
+                                                 r.stdout.strip(), r.stderr.strip()))
+    return r.stdout.strip()
+
+
+def poll_alive(run, cond, deadline_s):
+    """poll(cond), but a node dying meanwhile ends it at once (Misbehaved)."""
+    ok = poll(lambda: any(not n.alive() for n in run.nodes) or cond(), deadline_s, 0.2)
+    run.check_alive()
+    return ok
+
+
+def spread(run, node):
+    """True when node is ACTIVE again and the replicas of its AZ are even between its
+    nodes (within one), node holding some, and no move is half done: the AZ holds one
+    replica of every partition (a learner being added counts before its source left)."""
+    counts = replica_counts(run)
+    mine = [counts.get(n.index) for n in run.nodes if n.az == node.az]
+    if any(c is None or c[1] is None for c in mine):
+        return False
+    reps = [c[1] for c in mine]
+    return counts[node.index][0] == "ACTIVE" and counts[node.index][1] > 0 and \
+        max(reps) - min(reps) <= 1 and sum(reps) == len(table_partitions(run))
+
+
+def fault_drain_join(run, node, rng):
+    # node shares its AZ with another node (pick_drainable), so its replicas have
+    # somewhere to go without breaking the one-replica-per-AZ rule. Drain through
+    # another node, wait until it holds none; then activate it again and wait until its
+    # AZ's replicas are even again. Client errors during the drain are reported: a
+    # drain is meant to cause none.
+    via = next(n for n in run.nodes if n is not node)
+    before = replica_counts(run).get(node.index, (None, None))[1]
+    t0 = run.hist.now()
+    strata_cli(run, via, "node", "drain", str(node.index))
+    if not poll_alive(run, lambda: replica_counts(run).get(node.index, (None, -1))[1] == 0,
+                      DRAIN_DEADLINE_S):
+        raise Misbehaved("node %d still holds replicas %ds after the drain began (%s)"
+                         % (node.index, DRAIN_DEADLINE_S, replica_counts(run)))
+    t1 = run.hist.now()
+    errs = run.hist.errors_between(t0, t1)
+    run.healed()
+    strata_cli(run, via, "node", "activate", str(node.index))
+    if not poll_alive(run, lambda: spread(run, node), SPREAD_DEADLINE_S):
+        raise Misbehaved("node %d: replicas not spread again %ds after activate (%s)"
+                         % (node.index, SPREAD_DEADLINE_S, replica_counts(run)))
+    t2 = run.hist.now()
+    back = wait_back(run, node)
+    counts = replica_counts(run)
+    run.drain_errors += len(errs)
+    return ("drained n%d (%s replicas -> 0) in %.1fs, client errors during the drain: %d%s; "
+            "activated, replicas even again in %.1fs (%s), caught up in %.1fs" % (
+                node.index, before, t1 - t0, len(errs),
+                "" if not errs else " (%s)" % ", ".join(
+                    "%s x%d" % kv for kv in sorted(_error_kinds(errs).items())),
+                t2 - t1, ", ".join("n%d %s" % (n.index, counts[n.index][1])
+                                   for n in run.nodes if n.az == node.az and
+                                   n.index in counts), back))
+
+
+def _error_kinds(errs):
+    out = {}
+    for e in errs:
+        k = "%s %s" % (e["kind"], (e.get("error") or "?").split(":")[0])
+        out[k] = out.get(k, 0) + 1
+    return out
 
 
 def sabotage_wipe(run, node, rng):
@@ -458,34 +684,65 @@ def sabotage_wipe(run, node, rng):
     run.healed()
     node.start()
     workload.create_table(node.host, node.port)
+    # One recorded strong read of every key at once, before the clients overwrite them:
+    # the loss is then always observed, however the workload's timing falls.
+    conn = workload.Conn(node.host, node.port, 3)
+    for key in run.keys:
+        workload.run_op(conn, run.hist, -1, node.index, "read", key, consistent=True)
+    conn.close()
     return "restarted with an empty data directory"
 
 
 FAULTS = {"kill9": fault_kill9, "pause": fault_pause}
-CLUSTER_FAULTS = {"kill9": fault_kill9, "kill9-lag": fault_kill9_lag, "pause": fault_pause}
+CLUSTER_FAULTS = {"kill9": fault_kill9, "kill9-lag": fault_kill9_lag, "pause": fault_pause,
+                  "drain-join": fault_drain_join}
+# Need a network namespace per node (--net netns): root only.
+NET_FAULTS = {"partition-az": fault_partition_az, "isolate-leader": fault_isolate_leader,
+              "asymmetric": fault_asymmetric, "loss": fault_loss, "delay": fault_delay}
+# Need two nodes in one AZ (--cluster 4 or more): the drained node's replicas go there.
+NEEDS_SHARED_AZ = {"drain-join"}
 # Chosen only by name (--faults wipe), never by default; single node only.
 SABOTAGE = {"wipe": sabotage_wipe}
-LATER_FAULTS = {"partition": fault_partition}
 
 SCHEDULES = {
-    # warm-up, gap between faults (min, max), total duration by default
-    "short": {"duration": 60, "warmup": 4.0, "gap": (3.0, 7.0)},
+    # warm-up, gap between faults (min, max), total duration by default. Without
+    # --duration a schedule always runs one whole round (every kind once), even when
+    # that takes longer than its duration.
+    "short": {"duration": 60, "warmup": 4.0, "gap": (2.0, 4.0)},
     "long": {"duration": 1800, "warmup": 10.0, "gap": (5.0, 20.0)},
 }
 
 
-def make_schedule(rng, name, duration, kinds):
+def make_schedule(rng, name, duration, kinds, min_faults=0):
     """Seeded list of (at seconds, fault kind). Kinds come in shuffled rounds, so every
-    kind occurs once before any occurs twice."""
+    kind occurs once before any occurs twice; at least min_faults entries."""
     sch = SCHEDULES[name]
     out, t, bag = [], sch["warmup"], []
-    while t < duration - 8:
+    while t < duration - 8 or len(out) < min_faults:
         if not bag:
             bag = list(kinds)
             rng.shuffle(bag)
         out.append((t, bag.pop()))
         t += rng.uniform(*sch["gap"]) + 4.0  # a short fault lasts up to ~4s
     return out
+
+
+def pick_leader(run, rng):
+    """isolate-leader: the leader of a random partition of the table."""
+    led = leaders(run)
+    if led:
+        pid = rng.choice(sorted(led))
+        return run.node(led[pid][0]), "leader of partition %d" % pid
+    return rng.choice(run.nodes), "random (no leader known)"
+
+
+def pick_drainable(run, rng):
+    """drain-join: a random node of an AZ that has another node."""
+    node = rng.choice([n for n in run.nodes if sum(1 for m in run.nodes if m.az == n.az) > 1])
+    return node, "shares az%d" % node.az
+
+
+PICKERS = {"isolate-leader": pick_leader, "drain-join": pick_drainable}
 
 
 class Run:
@@ -497,6 +754,11 @@ class Run:
         self.filler = None
         self.heal_at = None
         self.faulty = None  # the node a pause holds: not asked for /admin/cluster
+        self.net = None     # netns.Net when nodes run in network namespaces
+        self.strata = None  # the strata CLI (drain-join)
+        self.out_dir = None
+        self.drain_errors = 0
+        self.keys = []
 
     def node(self, nid):
         return next(n for n in self.nodes if n.index == nid)
@@ -520,7 +782,7 @@ def fresh_dir(path, log_path):
         os.remove(log_path)
 
 
-def make_nodes(args, out_dir):
+def make_nodes(args, out_dir, net=None):
     if args.cluster <= 1:
         d, log = os.path.join(out_dir, "n0"), os.path.join(out_dir, "n0.log")
         fresh_dir(d, log)
@@ -530,9 +792,12 @@ def make_nodes(args, out_dir):
     for i in range(1, args.cluster + 1):
         d, log = os.path.join(out_dir, "n%d" % i), os.path.join(out_dir, "n%d.log" % i)
         fresh_dir(d, log)
-        nodes.append(ClusterNode(i, args.stratad, d, log,
-                                 ports[i - 1], ports[args.cluster + i - 1],
-                                 ports[args.cluster], args.cluster))
+        if net is not None:
+            nodes.append(NetNode(i, args.stratad, d, log, net, args.cluster))
+        else:
+            nodes.append(ClusterNode(i, args.stratad, d, log,
+                                     ports[i - 1], ports[args.cluster + i - 1],
+                                     ports[args.cluster], args.cluster))
     return nodes
 
 
@@ -563,28 +828,33 @@ def start_cluster(run):
     wait_leaders(run)
 
 
-def run_schedule(run, rng, kinds, duration, fault_fns):
+def run_schedule(run, rng, kinds, duration, fault_fns, whole_round):
+    """Runs the seeded schedule; with whole_round, every kind once even past duration."""
     hist = run.hist
     t_start = hist.now()
     last_end = t_start
     min_gap = SCHEDULES[run.args.schedule]["gap"][0]
-    for at, kind in make_schedule(rng, run.args.schedule, duration, kinds):
+    done = 0
+    for at, kind in make_schedule(rng, run.args.schedule, duration, kinds,
+                                  len(kinds) if whole_round else 0):
         # A fault that overran (a slow restart) pushes the next one back.
         when = max(t_start + at, last_end + min_gap)
-        if when > t_start + duration - 8:
+        if when > t_start + duration - 8 and not (whole_round and done < len(kinds)):
             break
         if run.stop.wait(max(0.0, when - hist.now())):
             break
         run.check_alive()
-        node, target = pick_target(run, rng)
+        node, target = PICKERS.get(kind, pick_target)(run, rng)
         run.heal_at = None
         t0 = hist.now()
         failed = None
         try:
             detail = fault_fns.get(kind, SABOTAGE.get(kind))(run, node, rng)
-        except Misbehaved as e:
-            failed, detail = e, "FAILED: %s" % e
+        except (Misbehaved, RuntimeError) as e:
+            # RuntimeError: a network command (ip, iptables, tc, nfq-delay) failed.
+            failed, detail = Misbehaved(str(e)), "FAILED: %s" % e
         t1 = last_end = hist.now()
+        done += 1
         heal = run.heal_at if run.heal_at is not None else t1
         # Recorded even when the node did not come back, so the report shows the fault.
         hist.write({"type": "fault", "kind": kind, "node": node.index, "target": target,
@@ -614,19 +884,85 @@ def finish(run, hist, keys):
             took), flush=True)
 
 
+class Terminated(BaseException):
+    """SIGTERM (meson's test timeout): unwinds through every finally, so the nodes are
+    killed and the namespaces deleted."""
+
+
+def _on_sigterm(signum, frame):
+    raise Terminated()
+
+
+def setup_net(args, out_dir):
+    """(netns.Net that is up, or None; why not, or ""). Also removes what runs killed
+    earlier left behind."""
+    if os.geteuid() == 0 and shutil.which("ip"):
+        stale = netns.cleanup_stale()
+        if stale:
+            print("chaos: removed %d stale namespaces of dead runs (%s)"
+                  % (len(stale), ", ".join(stale)), flush=True)
+    if args.net == "loopback" or args.cluster <= 1:
+        return None, "--net loopback" if args.cluster > 1 else ""
+    ok, why = netns.Net.available()
+    if not ok:
+        if args.net == "netns":
+            raise Misbehaved("--net netns: %s" % why)
+        return None, why
+    net = netns.Net({i: (i - 1) % 3 + 1 for i in range(1, args.cluster + 1)},
+                    nfq_delay=None)
+    try:
+        net.up()  # removes what it made when it fails
+    except (RuntimeError, OSError, subprocess.TimeoutExpired) as e:
+        if args.net == "netns":
+            raise Misbehaved("--net netns: %s" % e)
+        return None, "setting up the namespaces failed: %s" % e
+    if not net.netem:
+        net.nfq_delay = netns.find_nfq_delay(args.stratad, out_dir)
+    return net, ""
+
+
+def available_kinds(args, run, net_why):
+    """{kind: fault function} this run can inject, and notes on the kinds it cannot."""
+    if args.cluster <= 1:
+        return dict(FAULTS), []
+    fns, notes = dict(CLUSTER_FAULTS), []
+    if run.net is not None:
+        fns.update(NET_FAULTS)
+        if run.net.delay_method() is None:
+            del fns["delay"]
+            notes.append("delay skipped: no netem qdisc and no nfq-delay "
+                         "(libnetfilter-queue-dev)")
+    else:
+        notes.append("network faults (%s) skipped: nodes on loopback (%s)"
+                     % (", ".join(NET_FAULTS), net_why))
+    if not any(n.az == m.az for n in run.nodes for m in run.nodes if n is not m):
+        del fns["drain-join"]
+        notes.append("drain-join skipped: no AZ has two nodes (--cluster 4 or more)")
+    elif not (run.strata and os.access(run.strata, os.X_OK)):
+        del fns["drain-join"]
+        notes.append("drain-join skipped: no strata CLI at %s (--strata)" % run.strata)
+    return fns, notes
+
+
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--stratad", required=True)
+    ap.add_argument("--strata", help="the strata CLI (drain-join); default: cli/strata "
+                    "next to stratad")
     ap.add_argument("--cluster", type=int, default=1,
-                    help="nodes: 1 = one stratad in single-node mode (default), 3 = a "
-                         "three-AZ cluster on loopback")
+                    help="nodes: 1 = one stratad in single-node mode (default), 3..9 = a "
+                         "cluster in three AZs (node i in az((i-1) mod 3 + 1))")
+    ap.add_argument("--net", choices=("auto", "netns", "loopback"), default="auto",
+                    help="cluster: a network namespace per node (root; network faults), "
+                         "loopback, or netns when possible (default)")
     ap.add_argument("--schedule", choices=sorted(SCHEDULES), default="short")
     ap.add_argument("--duration", type=float)
     ap.add_argument("--seed", type=int)
     ap.add_argument("--clients", type=int, help="default 4, or 6 in a cluster")
     ap.add_argument("--keys", type=int, help="default 5, or 12 in a cluster")
     ap.add_argument("--faults", help="comma-separated fault kinds (single node: %s; "
-                    "cluster: %s)" % (", ".join(FAULTS), ", ".join(CLUSTER_FAULTS)))
+                    "cluster: %s; with --net netns also %s)" % (
+                        ", ".join(FAULTS), ", ".join(CLUSTER_FAULTS), ", ".join(NET_FAULTS)))
     ap.add_argument("--fill-rate", type=float, default=100.0,
                     help="cluster: background filler items a second (0: none)")
     ap.add_argument("--budget", type=int, default=300000)
@@ -634,41 +970,63 @@ def main(argv):
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
     args = ap.parse_args(argv)
     cluster = args.cluster > 1
-    if args.cluster not in (1, 3):
-        ap.error("--cluster takes 1 or 3")
-    fault_fns = CLUSTER_FAULTS if cluster else FAULTS
+    if args.cluster != 1 and not 3 <= args.cluster <= 9:
+        ap.error("--cluster takes 1 or 3..9")
     args.clients = args.clients or (6 if cluster else 4)
     args.keys = args.keys or (12 if cluster else 5)
     duration = args.duration or SCHEDULES[args.schedule]["duration"]
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
-    kinds = [k for k in (args.faults or ",".join(fault_fns)).split(",") if k]
-    for k in kinds:
-        if k not in fault_fns and (k not in SABOTAGE or cluster):
+    requested = [k for k in (args.faults or "").split(",") if k]
+    known = set(FAULTS) | set(CLUSTER_FAULTS) | set(NET_FAULTS) | set(SABOTAGE)
+    for k in requested:
+        if k not in known or (k in SABOTAGE and cluster) or \
+                (not cluster and k not in FAULTS and k not in SABOTAGE):
             ap.error("unknown or not available fault kind %r" % k)
     rng = random.Random(seed)
     out_dir = args.out or tempfile.mkdtemp(prefix="strata-chaos-")
     os.makedirs(out_dir, exist_ok=True)
-    print("chaos: seed %d, schedule %s, %.0fs, %s, output in %s"
-          % (seed, args.schedule, duration,
-             "cluster of %d" % args.cluster if cluster else "single node", out_dir), flush=True)
+    signal.signal(signal.SIGTERM, _on_sigterm)
 
     hist_path = os.path.join(out_dir, "history.jsonl")
     hist = workload.History(hist_path, time.monotonic())
     run = Run(args, hist)
-    run.nodes = make_nodes(args, out_dir)
-    hist.write({"type": "meta", "seed": seed, "schedule": args.schedule,
-                "duration": duration, "clients": args.clients, "keys": args.keys,
-                "nodes": len(run.nodes), "faults": ",".join(kinds)})
+    run.out_dir = out_dir
+    run.strata = args.strata or os.path.join(os.path.dirname(os.path.abspath(args.stratad)),
+                                             "cli", "strata")
     status = 0
     clients = []
     try:
+        try:
+            run.net, net_why = setup_net(args, out_dir)
+        except (RuntimeError, OSError) as e:
+            raise Misbehaved("network namespaces: %s" % e)
+        run.nodes = make_nodes(args, out_dir, run.net)
+        fault_fns, notes = available_kinds(args, run, net_why)
+        missing = [k for k in requested if k not in fault_fns and k not in SABOTAGE]
+        if missing:
+            raise Misbehaved("fault kinds %s not available here: %s"
+                             % (", ".join(missing), "; ".join(notes)))
+        kinds = requested or list(fault_fns)
+        print("chaos: seed %d, schedule %s, %.0fs, %s%s, output in %s"
+              % (seed, args.schedule, duration,
+                 "cluster of %d" % args.cluster if cluster else "single node",
+                 "" if not cluster else (" in network namespaces (10.78.%d.0/24, delay by %s)"
+                                         % (run.net.k, run.net.delay_method())
+                                         if run.net else " on loopback"), out_dir), flush=True)
+        for note in notes:
+            print("chaos: %s" % note, flush=True)
+        hist.write({"type": "meta", "seed": seed, "schedule": args.schedule,
+                    "duration": duration, "clients": args.clients, "keys": args.keys,
+                    "nodes": len(run.nodes), "faults": ",".join(kinds),
+                    "net": "netns" if run.net else ("loopback" if cluster else "-"),
+                    "skipped": "; ".join(notes)})
         if cluster:
             start_cluster(run)
         else:
             run.nodes[0].start()
             workload.create_table(run.nodes[0].host, run.nodes[0].port)
         addrs = [(n.index, n.host, n.port) for n in run.nodes]
-        keys = ["k%d" % i for i in range(args.keys)]
+        keys = run.keys = ["k%d" % i for i in range(args.keys)]
         # In a cluster a client starts on node i mod N, so that every node serves, and
         # gives up on a request after 3 s (then moves on): a request sent to a paused
         # leader waits for it (the router cannot retry a write whose fate it does not
@@ -683,7 +1041,7 @@ def main(argv):
         for c in clients:
             c.start()
         print("chaos: %.1fs cluster up, workload running" % hist.now(), flush=True)
-        run_schedule(run, rng, kinds, duration, fault_fns)
+        run_schedule(run, rng, kinds, duration, fault_fns, args.duration is None)
         run.stop.set()
         for c in clients:
             c.join(15)
@@ -699,6 +1057,7 @@ def main(argv):
         print("chaos: stratad misbehaved: %s" % e, flush=True)
         status = 3
     finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # cleanup runs to its end
         run.stop.set()
         for c in clients:
             c.join(15)
@@ -707,6 +1066,8 @@ def main(argv):
                 n.proc.send_signal(signal.SIGCONT)
                 n.proc.kill()
                 n.proc.wait()
+        if run.net is not None:
+            run.net.down()
         hist.close()
 
     ops, faults, meta = checker.load(hist_path)
@@ -721,4 +1082,8 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except Terminated:
+        print("chaos: terminated (SIGTERM); nodes killed, namespaces deleted", flush=True)
+        sys.exit(143)

@@ -391,9 +391,9 @@ def report(ops, faults, meta, anomalies, undecided, stats, out=sys.stdout):
     for f, rec, (kw, kkey) in zip(faults, recovery_times(ops, faults),
                                   keys_writable_times(ops, faults)):
         heal = f.get("heal", f["end"])
-        p("  %-9s node %s%s  %7.2fs .. heal %7.2fs .. %7.2fs" % (
-            f["kind"], f.get("node"), " (%s)" % f["target"] if f.get("target") else "",
-            f["start"], heal, f["end"]))
+        p("  %-9s node %s%s  %7.2fs .. heal %7.2fs .. %7.2fs (recovered %.2fs after healing)"
+          % (f["kind"], f.get("node"), " (%s)" % f["target"] if f.get("target") else "",
+             f["start"], heal, f["end"], f["end"] - heal))
         p("            first write after healing %s; every key written again %s"
           % ("in %.3fs" % rec if rec is not None else "never",
              "%.2fs after the start (slowest %s)" % (kw, kkey) if kw is not None

@@ -102,6 +102,7 @@ class History:
         self.t0 = t0
         self.lock = threading.Lock()
         self.next_id = 0
+        self.errors = []
 
     def now(self):
         return time.monotonic() - self.t0
@@ -115,6 +116,17 @@ class History:
         line = json.dumps(rec, sort_keys=True)
         with self.lock:
             self.f.write(line + "\n")
+            # Kept for errors_between(): the runner reports client errors during a drain.
+            if rec.get("type") == "op" and rec.get("outcome") != "ok" and \
+                    "ConditionalCheckFailed" not in rec.get("error", ""):
+                self.errors.append(rec)
+
+    def errors_between(self, t0, t1):
+        """Operations (not final reads) that failed or ended unknown, invoked or returned
+        within [t0, t1], except ConditionalCheckFailed."""
+        with self.lock:
+            return [r for r in self.errors if not r.get("final")
+                    and r["ret"] >= t0 and r["call"] <= t1]
 
     def close(self):
         with self.lock:
@@ -234,6 +246,33 @@ class Client(threading.Thread):
                 self.stop.wait(0.05)
             elif self.think_s:
                 self.stop.wait(self.rng.random() * self.think_s)
+        conn.close()
+
+
+class Prober(threading.Thread):
+    """Strong reads of every key in turn through one node, recorded like a client's, that
+    never move to another node: while that node is cut off from its peers (isolate-leader)
+    they ask exactly the node that may still believe it leads. Runs until stop is set."""
+
+    def __init__(self, cid, node, keys, hist, stop, timeout=1.0):
+        super().__init__(name="chaos-prober-%d" % cid, daemon=True)
+        self.cid, self.node, self.keys, self.hist, self.stop = cid, node, keys, hist, stop
+        self.timeout = timeout
+        self.counts = {"ok": 0, "fail": 0, "unknown": 0}
+
+    def run(self):
+        nid, host, port = self.node
+        conn = Conn(host, port, self.timeout)
+        i = self.cid
+        while not self.stop.is_set():
+            key = self.keys[i % len(self.keys)]
+            i += 1
+            rec = run_op(conn, self.hist, self.cid, nid, "read", key, consistent=True)
+            self.counts[rec["outcome"]] += 1
+            if rec["outcome"] != "ok":
+                conn.close()
+                conn = Conn(host, port, self.timeout)
+                self.stop.wait(0.02)
         conn.close()
 
 
