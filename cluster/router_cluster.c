@@ -578,28 +578,18 @@ static void catalog_sync_parts(rcluster *c, uint32_t table_id)
                t->partitions[i].hash_hi == mp[i].hash_hi;
     if (same)
         return;
-    table_info copy;
-    strata_err err;
-    if (catalog_table_copy(t, &copy, &err) < 0)
-        return;
     partition_desc *np = calloc(n, sizeof *np);
-    buf b;
-    buf_init(&b, 0);
-    if (np != NULL) {
-        for (size_t i = 0; i < n; i++)
-            np[i] = (partition_desc){.id = mp[i].id,
-                                     .table_id = table_id,
-                                     .hash_lo = mp[i].hash_lo,
-                                     .hash_hi = mp[i].hash_hi};
-        free(copy.partitions);
-        copy.partitions = np;
-        copy.n_partitions = n;
-        if (catalog_encode_table(&copy, &b, &err) < 0 || catalog_apply(c->cat, b.data, b.len, &err) < 0)
-            fprintf(stderr, "stratad: table %u: cannot follow the map's partitions: %s\n",
-                    table_id, err.msg);
-    }
-    buf_free(&b);
-    catalog_table_free(&copy);
+    strata_err err;
+    if (np == NULL)
+        return;
+    for (size_t i = 0; i < n; i++)
+        np[i] = (partition_desc){
+            .id = mp[i].id, .table_id = table_id, .hash_lo = mp[i].hash_lo, .hash_hi = mp[i].hash_hi};
+    /* In place: reads in flight point into the table's schema. */
+    if (catalog_set_partitions(c->cat, table_id, np, n, &err) < 0)
+        fprintf(stderr, "stratad: table %u: cannot follow the map's partitions: %s\n", table_id,
+                err.msg);
+    free(np);
 }
 
 /* The catalog holds the record of every table of the map. Rebuilt from the map when a
@@ -1430,22 +1420,8 @@ static int range_put(lsm_batch *b, uint64_t pid, const split_range *r, strata_er
     return rc;
 }
 
-/* Writes one range record on its own (no log index: it restates what the map said when
- * the replica started). ERR_BUSY under back-pressure. */
-static int range_write(rcluster *c, uint64_t pid, const split_range *r, strata_err *err)
-{
-    lsm_batch *b = lsm_batch_new();
-    if (b == NULL)
-        return strata_err_set(err, ERR_NOMEM, "out of memory");
-    int rc = range_put(b, pid, r, err);
-    if (rc == 0)
-        rc = lsm_write(c->engine, b, 0, 0, err);
-    lsm_batch_free(b);
-    return rc;
-}
-
-/* Forgets a replica's range record (the replica went away); a failure leaves a record
- * that only a later replica of the same id would read: it then waits for a copy. */
+/* Forgets a replica's range record (the replica went away). A failure leaves a record
+ * that a later replica of the same id on this node would start from. */
 static void range_forget(rcluster *c, uint64_t pid)
 {
     uint8_t k[13];
@@ -2745,8 +2721,10 @@ static int start_replica_group(rcluster *c, lpart *lp, const meta_partition *mp,
  * the same table still serves part of that range: a parent that has not applied the
  * SPLIT yet creates the child itself; starting it before would let the late parent
  * write over the child. A replica without a record that finds stale data in its range
- * (its parent was replaced by a copy taken after the split) is marked as needing a full
- * copy; the child's leader compacted its log at its first entry, so it gets one. */
+ * (its parent was replaced by a copy taken after the split, or leftovers of an earlier
+ * replica) wipes it first and starts empty, like any replica added by a move: the log
+ * rebuilds an original partition, and a child's leader compacted the child's log at its
+ * first entry, so a replica joining a child always gets a full copy. */
 static void start_replica(rcluster *c, const meta_partition *mp, meta_role role)
 {
     split_range rg;
@@ -2763,21 +2741,28 @@ static void start_replica(rcluster *c, const meta_partition *mp, meta_role role)
     if (local_overlap(c, mp->id, d.table_id, d.hash_lo, d.hash_hi))
         return;
     strata_err err;
-    bool stale = !have && mp->epoch > 1 && range_has_data(c, &d);
     if (!have) {
         rg = range_of(&d);
-        uint8_t mk[13];
-        lsm_batch *b = stale ? lsm_batch_new() : NULL;
-        int rc = stale ? (b == NULL ? -1 : 0) : range_write(c, mp->id, &rg, &err);
-        if (stale && rc == 0)
-            rc = lsm_batch_put(b, mk, install_mark_key(mk, mp->id), "1", 1, &err);
-        if (stale && rc == 0)
+        bool stale = mp->epoch > 1 && lsm_durable_index(c->engine, mp->id) == 0 &&
+                     range_has_data(c, &d);
+        uint8_t lo[12], hi[12];
+        router_partition_bounds(&d, lo, hi);
+        lsm_batch *b = lsm_batch_new();
+        int rc = b != NULL ? 0 : strata_err_set(&err, ERR_NOMEM, "out of memory");
+        if (rc == 0 && stale)
+            rc = lsm_batch_delete_range(b, lo, 12, hi, 12, &err);
+        if (rc == 0)
             rc = range_put(b, mp->id, &rg, &err);
-        if (stale && rc == 0)
+        if (rc == 0)
             rc = lsm_write(c->engine, b, 0, 0, &err);
         lsm_batch_free(b);
         if (rc < 0)
             return; /* next reconcile */
+        if (stale)
+            fprintf(stderr,
+                    "stratad: partition %" PRIu64 ": stale data in its range wiped; it starts "
+                    "empty and catches up from its leader\n",
+                    mp->id);
     }
     lpart *lp = lpart_add(c, mp->id, &err);
     if (lp == NULL)
@@ -2787,7 +2772,7 @@ static void start_replica(rcluster *c, const meta_partition *mp, meta_role role)
     if (install_marked(c, mp->id)) {
         lp->poisoned = true;
         fprintf(stderr,
-                "stratad: partition %" PRIu64 " holds a partial or stale state: it "
+                "stratad: partition %" PRIu64 " holds a partial snapshot copy: it "
                 "applies nothing until a copy completes\n",
                 mp->id);
     } else {
@@ -2925,7 +2910,10 @@ static void reconcile_groups(rcluster *c)
     for (size_t i = 0; i < c->n_parts;) {
         lpart *lp = &c->parts[i];
         const meta_partition *mp = meta_partition_find(c->meta, lp->id);
-        if (mp != NULL && meta_partition_has(mp, c->self, NULL)) {
+        /* A child created by a SPLIT entry before this node's map shows the split has
+         * an id the map has not handed out yet: not a dropped partition. */
+        if ((mp != NULL && meta_partition_has(mp, c->self, NULL)) ||
+            (mp == NULL && lp->id >= meta_next_partition_id(c->meta))) {
             i++;
             continue;
         }

@@ -132,10 +132,11 @@ def digests_agree(nodes):
     return bool(seen) and all(len(v) == 1 for v in seen.values())
 
 
-def scan_all(c):
+def scan_all(c, consistent=False):
     keys = []
     for seg in range(4):
-        kw = {"TableName": TABLE, "Segment": seg, "TotalSegments": 4, "Limit": 97}
+        kw = {"TableName": TABLE, "Segment": seg, "TotalSegments": 4, "Limit": 97,
+              "ConsistentRead": consistent}
         while True:
             r = c.scan(**kw)
             keys += [it["pk"]["S"] for it in r["Items"]]
@@ -173,15 +174,55 @@ def check_all(nodes, acked, what):
 
 
 class Load:
-    """Writers through every node; every error is recorded (there must be none)."""
+    """Writers through every node, a strong reader and a strongly consistent scanner;
+    every error is recorded (there must be none): a read that misses a write
+    acknowledged before it started, a scan that misses one or returns an item twice."""
 
     def __init__(self, nodes, acked, tag):
         self.stop, self.errors, self.lock = False, [], threading.Lock()
         self.acked = acked
         self.clients = [client(n.url) for n in nodes]
+        self.reads = self.scans = 0
         self.ts = [threading.Thread(target=self.writer, args=(w, tag)) for w in range(4)]
+        self.ts.append(threading.Thread(target=self.reader))
+        self.ts.append(threading.Thread(target=self.scanner))
         for t in self.ts:
             t.start()
+
+    def reader(self):
+        i = 0
+        while not self.stop:
+            with self.lock:
+                k, v = list(self.acked.items())[(i * 7919) % len(self.acked)]
+            i += 1
+            try:
+                got = self.clients[i % len(self.clients)].get_item(
+                    TableName=TABLE, Key={"pk": {"S": k}}, ConsistentRead=True)
+                if got.get("Item", {}).get("v", {}).get("S") != v:
+                    with self.lock:
+                        self.errors.append("strong read of %s: %s" % (k, got.get("Item")))
+                self.reads += 1
+            except Exception as e:
+                with self.lock:
+                    self.errors.append(repr(e)[:300])
+
+    def scanner(self):
+        i = 0
+        while not self.stop:
+            with self.lock:
+                before = set(self.acked)
+            i += 1
+            try:
+                keys = scan_all(self.clients[i % len(self.clients)], consistent=True)
+                missed = before - set(keys)
+                if missed or len(keys) != len(set(keys)):
+                    with self.lock:
+                        self.errors.append("scan: %d missed, %d duplicates" %
+                                           (len(missed), len(keys) - len(set(keys))))
+                self.scans += 1
+            except Exception as e:
+                with self.lock:
+                    self.errors.append(repr(e)[:300])
 
     def writer(self, w, tag):
         i = 0
@@ -243,8 +284,9 @@ def main():
         before = len(acked)
         poll(lambda: len(acked) > before + 100, "writes keep flowing after the splits")
         load.end()
-        log("split: 4 partitions -> 8 under load in %.1f s; %d writes acknowledged, 0 client "
-            "errors" % (split_s, len(acked)))
+        log("split: 4 partitions -> 8 under load in %.1f s; %d writes acknowledged, %d strong "
+            "reads, %d consistent 4-segment scans during the run, 0 client errors"
+            % (split_s, len(acked), load.reads, load.scans))
         check_all(nodes, acked, "after the splits")
 
         for n in nodes:
