@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Partition splits on real stratad processes (issue #7, "Splits", the mechanism).
 
-Usage: split.py STRATAD
+Usage: split.py STRATAD [STRATA]
  1. Three nodes (az1..az3) form a cluster; a table of 4 partitions gets 600 items.
  2. While writers run through every node, every partition is split (POST /admin/split):
     clients see no error (boto3 with its standard retries), the map shows 8 partitions,
@@ -10,7 +10,8 @@ Usage: split.py STRATAD
     nodes); a Query of each key returns it once; a 4-segment Scan (small pages) returns
     every item exactly once; the replicas of every partition agree (digests).
  4. All nodes restart: the same checks hold.
- 5. A child is split again (under load): the same checks hold.
+ 5. A child is split again under load (with `strata partition split` when STRATA is
+    given): the same checks hold. DescribeTable's ItemCount counts every item throughout.
 Every wait polls a condition with a deadline.
 """
 import json
@@ -169,6 +170,8 @@ def check_all(nodes, acked, what):
     assert set(keys) == set(acked), "%s: scan missed %d, extra %d" % (
         what, len(set(acked) - set(keys)), len(set(keys) - set(acked)))
     poll(lambda: digests_agree(nodes), what + ": replicas agree (digests)", 60, 0.5)
+    poll(lambda: all(client(n.url).describe_table(TableName=TABLE)["Table"]["ItemCount"] ==
+                     len(acked) for n in nodes), what + ": ItemCount on every node", 30, 0.5)
     log("%s: %d items: strong/eventual reads, queries, 4-segment scan and digests agree"
         % (what, len(acked)))
 
@@ -253,6 +256,7 @@ def split(node, pid):
 
 def main():
     stratad = os.path.abspath(sys.argv[1])
+    cli = os.path.abspath(sys.argv[2]) if len(sys.argv) > 2 else None
     work = tempfile.mkdtemp(prefix="strata-split-")
     ports = free_ports(6)
     nodes = [Node(work, i + 1, "az%d" % (i + 1), ports[2 * i], ports[2 * i + 1], ports[1])
@@ -300,7 +304,13 @@ def main():
         load = Load(nodes, acked, "b")
         poll(lambda: len(acked) > before + 300, "writes flowing before the second split")
         t0 = time.time()
-        grandchild = split(nodes[1], children[0])
+        if cli is not None:
+            r = subprocess.run([cli, "--endpoint", nodes[1].url, "partition", "split",
+                                str(children[0])], capture_output=True, text=True, timeout=60)
+            assert r.returncode == 0, "strata partition split: %s %s" % (r.stdout, r.stderr)
+            grandchild = json.loads(r.stdout)["child"]
+        else:
+            grandchild = split(nodes[1], children[0])
         poll(lambda: settled(nodes, 9), "9 partitions led and served everywhere")
         split2_s = time.time() - t0
         before = len(acked)
