@@ -120,6 +120,8 @@ typedef struct lpart {
     uint64_t split_index; /* the SPLIT entry being applied */
     split_cmd split_cmd;
     uint64_t split_proposed; /* leader: when it last proposed a SPLIT (ms) */
+    bool child_flushing;     /* child: flushing before its first compaction */
+    uint64_t child_compact;  /* child: durable up to here, compact (all) at it */
 } lpart;
 
 /* A snapshot copy into this node (fsm.install). */
@@ -1817,6 +1819,23 @@ static uint64_t compact_point(rcluster *c, uint64_t pid, uint64_t durable)
     return upto;
 }
 
+typedef struct {
+    rcluster *c;
+    uint64_t pid, index;
+} split_flush;
+
+static void on_child_flushed(void *arg, const strata_err *err)
+{
+    split_flush *f = arg;
+    lpart *lp = lpart_find(f->c, f->pid);
+    if (lp != NULL) {
+        lp->child_flushing = false;
+        if (err == NULL || err->code == ERR_NONE)
+            lp->child_compact = f->index;
+    }
+    free(f);
+}
+
 /* Periodic: compacts logs up to what the engine holds durably, ends idle sessions. */
 static void snapshots_tick(rcluster *c)
 {
@@ -1826,14 +1845,28 @@ static void snapshots_tick(rcluster *c)
         if (now - s->last_used > SNAP_SESSION_IDLE_MS)
             session_free(c, s);
     }
-    /* A child's log does not rebuild its state (the parent's log made it): compacting at
-     * its first entry sends every replica that joins later a copy instead. */
+    /* A child's log does not rebuild its state (the parent's log made it): compacting it
+     * whole early sends every replica that joins later a copy instead. The point must be
+     * above index 1 (Raft sends a follower that lacks entry 1 entries from 1, not the
+     * snapshot) and durable: the engine is flushed first. */
     for (size_t i = 0; i < c->n_parts; i++) {
         lpart *lp = &c->parts[i];
         raft_host_group_stats st;
-        if (lp->child && !lp->poisoned && raft_host_group_info(c->host, lp->id, &st, NULL) == 0 &&
-            !st.installing && !st.failed && st.snapshot_index == 0 && st.applied_index >= 1)
-            raft_host_compact_all(c->host, lp->id, 1, NULL);
+        if (!lp->child || lp->poisoned || lp->child_flushing ||
+            raft_host_group_info(c->host, lp->id, &st, NULL) < 0 || st.installing || st.failed ||
+            st.snapshot_index >= 2)
+            continue;
+        if (lp->child_compact >= 2) {
+            raft_host_compact_all(c->host, lp->id, lp->child_compact, NULL);
+            lp->child_compact = 0;
+        } else if (st.applied_index >= 2) {
+            split_flush *f = malloc(sizeof *f);
+            if (f == NULL)
+                continue;
+            *f = (split_flush){.c = c, .pid = lp->id, .index = st.applied_index};
+            lp->child_flushing = true;
+            lsm_flush(c->engine, on_child_flushed, f);
+        }
     }
     if (now - c->last_compact < COMPACT_EVERY_MS)
         return;
@@ -2696,7 +2729,7 @@ static int start_replica_group(rcluster *c, lpart *lp, const meta_partition *mp,
     uint64_t applied = lsm_durable_index(c->engine, id);
     if (rg != NULL && rg->n_members > 0) {
         /* A child holds its state as of its first entry (the configuration) from the
-         * split's flush; its log may be compacted there (snapshots_tick). */
+         * split's flush: never below that, also when its log starts later. */
         if (applied == 0)
             applied = 1;
         bool self_voter = false;
@@ -2723,8 +2756,8 @@ static int start_replica_group(rcluster *c, lpart *lp, const meta_partition *mp,
  * write over the child. A replica without a record that finds stale data in its range
  * (its parent was replaced by a copy taken after the split, or leftovers of an earlier
  * replica) wipes it first and starts empty, like any replica added by a move: the log
- * rebuilds an original partition, and a child's leader compacted the child's log at its
- * first entry, so a replica joining a child always gets a full copy. */
+ * rebuilds an original partition, and a child's replicas compact the child's log whole
+ * early (snapshots_tick), so a replica joining a child gets a full copy. */
 static void start_replica(rcluster *c, const meta_partition *mp, meta_role role)
 {
     split_range rg;
@@ -2785,11 +2818,6 @@ static void start_replica(rcluster *c, const meta_partition *mp, meta_role role)
 }
 
 /* ------------------------------------------------------------------ splits (local) */
-
-typedef struct {
-    rcluster *c;
-    uint64_t pid, index;
-} split_flush;
 
 static void on_split_flushed(void *arg, const strata_err *err)
 {
