@@ -121,6 +121,26 @@ const table_info *catalog_find_id(const catalog *c, uint32_t table_id)
     return i < c->n && c->by_id[i]->schema.table_id == table_id ? c->by_id[i] : NULL;
 }
 
+int catalog_set_partitions(catalog *c, uint32_t table_id, const partition_desc *parts, size_t n,
+                           strata_err *err)
+{
+    size_t i = id_lower_bound(c, table_id);
+    if (i >= c->n || c->by_id[i]->schema.table_id != table_id)
+        return strata_err_set(err, ERR_RESOURCE_NOT_FOUND, "no table %u", table_id);
+    partition_desc *np = malloc((n ? n : 1) * sizeof *np);
+    if (np == NULL)
+        return strata_err_set(err, ERR_NOMEM, "out of memory");
+    memcpy(np, parts, n * sizeof *np);
+    table_info *t = c->by_id[i];
+    free(t->partitions);
+    t->partitions = np;
+    t->n_partitions = n;
+    for (size_t k = 0; k < n; k++)
+        if (parts[k].id >= c->next_partition_id)
+            c->next_partition_id = parts[k].id + 1;
+    return 0;
+}
+
 /* by_id holds c->n entries before the call (insert: the new table is not counted yet). */
 static void by_id_insert(catalog *c, table_info *t)
 {

@@ -117,6 +117,13 @@ int catalog_record_peek(const uint8_t *rec, size_t len, catalog_change *out, str
  * ids of dropped tables are never reused). */
 void catalog_bump_ids(catalog *c, uint32_t next_table_id, uint64_t next_partition_id);
 
+/* Replaces the partitions of table `table_id` in place (the cluster map split them): the
+ * table_info itself stays where it is, so requests in flight that point into its schema
+ * are not disturbed; pointers into the old partition array are invalid afterwards.
+ * ERR_RESOURCE_NOT_FOUND, ERR_NOMEM. */
+int catalog_set_partitions(catalog *c, uint32_t table_id, const partition_desc *parts, size_t n,
+                           strata_err *err);
+
 /* The record that sets table `t` (insert or replace, by name). The record carries the
  * table's ids, so the catalog's id counters move past them on apply. */
 int catalog_encode_table(const table_info *t, buf *out, strata_err *err);

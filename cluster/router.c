@@ -601,6 +601,12 @@ int router_read(router *r, uint32_t table_id, uint64_t partition_id, const parti
 
 /* ---- lookups ---- */
 
+bool router_err_moved(const strata_err *err)
+{
+    return err != NULL && err->code == ERR_UNAVAILABLE &&
+           strncmp(err->msg, ROUTER_MOVED_PREFIX, strlen(ROUTER_MOVED_PREFIX)) == 0;
+}
+
 const catalog *router_catalog(const router *r)
 {
     return r->cl != NULL ? rcluster_catalog(r->cl) : r->cat;
@@ -672,6 +678,14 @@ int router_rebalance_leaders(router *r, router_cb cb, void *ctx, strata_err *err
     if (r->cl == NULL)
         return strata_err_set(err, ERR_VALIDATION, "This node is not part of a cluster");
     return rcluster_rebalance_leaders(r->cl, cb, ctx, err);
+}
+
+int router_split(router *r, uint64_t partition_id, bool has_hash, uint64_t hash, router_cb cb,
+                 void *ctx, strata_err *err)
+{
+    if (r->cl == NULL)
+        return strata_err_set(err, ERR_VALIDATION, "This node is not part of a cluster");
+    return rcluster_split(r->cl, partition_id, has_hash, hash, cb, ctx, err);
 }
 
 void router_digests_json(router *r, buf *out)

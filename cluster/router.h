@@ -203,6 +203,13 @@ int router_write(router *r, uint32_t table_id, uint64_t hash, const uint8_t *cmd
 int router_read(router *r, uint32_t table_id, uint64_t partition_id, const partition_read_req *req,
                 arena *a, router_read_cb cb, void *ctx, strata_err *err);
 
+/* A read planned against a partition's hash range that a split has changed since (a
+ * Scan: GET and Query follow their key by themselves) fails with ERR_UNAVAILABLE and a
+ * message starting with ROUTER_MOVED_PREFIX: nothing was read, and the caller plans that
+ * part again from router_partition_for_hash (the map already shows the split then). */
+#define ROUTER_MOVED_PREFIX "moved:"
+bool router_err_moved(const strata_err *err);
+
 /* Fan-out helpers. The returned pointers stay valid until the next catalog change,
  * which only happens from a callback: do not keep them across callbacks, keep ids. */
 /* The partitions of a table in hash order; -1 (ERR_RESOURCE_NOT_FOUND) if no table. */
@@ -260,6 +267,16 @@ int router_node_state(router *r, uint64_t node, const char *state, router_cb cb,
  * as decimal text. ERR_VALIDATION on one node (no cluster), ERR_UNAVAILABLE before the
  * node knows the cluster map. */
 int router_rebalance_leaders(router *r, router_cb cb, void *ctx, strata_err *err);
+
+/* Splits partition `partition_id` of the cluster map (an operator's command): the child
+ * gets [hash, hash_hi] (has_hash false: the upper half of the range), the parent keeps
+ * the rest; the parent's replicas then carry the split into the partition's log and
+ * create the child (router_cluster.c). `cb` runs once this node's map holds the split,
+ * with result = {"partition":P,"child":C,"split_hash":"HEX"} (JSON text). ERR_VALIDATION
+ * for a hash outside (hash_lo, hash_hi] or on one node; ERR_CONDITIONAL_CHECK when the
+ * partition changed meanwhile (retry). */
+int router_split(router *r, uint64_t partition_id, bool has_hash, uint64_t hash, router_cb cb,
+                 void *ctx, strata_err *err);
 
 /* Appends {"node_id", "replicas": [{"partition", "applied_index", "commit_index", "items",
  * "digest", "complete"}]} (GET /admin/digests): an xxh3 over every key and value of each

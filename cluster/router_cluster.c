@@ -12,14 +12,16 @@
  *   MSG_META_PROPOSE  a meta record -> u8 code | varint index | message
  *   MSG_META_FETCH    (empty) -> varint applied index | meta_state_encode bytes
  *   MSG_PART_WRITE    varint partition | varint epoch | command -> varint index | result
- *   MSG_PART_READ     varint partition | u8 consistent | varint min index | raw read
- *                     request -> raw result
+ *   MSG_PART_READ     varint partition | u8 consistent | varint min index | u64be hash_lo |
+ *                     u64be hash_hi (the range the caller expects the replica to serve) |
+ *                     raw read request -> raw result
  *   MSG_GROUP_STATUS  varint partition -> u8 caught up (for promoting a learner)
  *   MSG_PART_STATS    item counts and sizes of the partitions the sender leads
  *                     (cluster/pstats.h), every STATS_PUSH_MS        (fire and forget)
  *   MSG_SNAP_CHUNK    varint partition | varint session | start key -> varint applied
- *                     index | u8 done | varint next-key length | next key |
- *                     (varint klen | key | varint vlen | value)*
+ *                     index | u64be hash_lo | u64be hash_hi (the source's range) | u8 done |
+ *                     varint next-key length | next key | (varint klen | key | varint vlen |
+ *                     value)*
  *
  * Snapshots. The log of a partition is compacted (raft_host_compact) up to what the
  * engine holds durably. A replica that needs compacted entries copies the partition from
@@ -55,9 +57,11 @@
 #include "cluster/meta.h"
 #include "cluster/placement.h"
 #include "cluster/pstats.h"
+#include "cluster/split.h"
 #include "cluster/raft/raft_host_uv.h"
 #include "cluster/raft/raft_wal.h"
 #include "rpc/rpc.h"
+#include "storage/data/key.h"
 #include "storage/lsm/lsm.h"
 #include "storage/wal/wal.h"
 
@@ -102,9 +106,25 @@ enum {
 #define TRANSFER_BACKOFF_MAX_MS 16000
 #define LEADER_PLAN_MS          1000 /* the scheduler re-plans balanced hints at most this often */
 
+#define SPLIT_PROPOSE_MS     2000 /* a parent's leader proposes a SPLIT again after this long */
+#define SPLIT_ATTEMPTS       8    /* re-proposals of a map split that lost its child id */
+#define ENTRY_WRITE          0xFE /* log entry: u8 0xFE | u64be key hash | write command */
+/* The result of a write whose key the partition no longer owns (a split moved it): not
+ * applied, so the router sends it again to the partition that owns it now. 0xFF starts
+ * no protobuf message (field 31, wire type 7), so no PartitionWriteResult looks like it. */
+static const uint8_t MOVED_RESULT[2] = {0xFF, 'M'};
+
+/* Where a SPLIT entry of a partition's log stands on this replica (apply_split). */
+typedef enum {
+    SPLIT_NONE = 0,
+    SPLIT_WRITE, /* write the range records (range id = the parent, the entry's index) */
+    SPLIT_FLUSH, /* flushing: the parent must be durable up to the split first */
+    SPLIT_READY, /* durable: create the child, shrink the parent, resume the log */
+} split_state;
+
 typedef struct lpart {
     uint64_t id;
-    partition_desc desc;
+    partition_desc desc; /* the range this replica serves as of its applied state */
     partition_stats stats;
     bool busy;     /* apply refused by the engine: resume once it is writable */
     bool poisoned; /* a snapshot copy was cut short: the state is partial, apply nothing */
@@ -112,6 +132,13 @@ typedef struct lpart {
      * the lead and when (0: not leading), and when a failed transfer may be tried again. */
     uint64_t lead_term, lead_since, transfer_retry_at;
     unsigned transfer_failures;
+    bool child;    /* created by a split: its log does not rebuild its state (compact_all) */
+    split_state split;
+    uint64_t split_index; /* the SPLIT entry being applied */
+    split_cmd split_cmd;
+    uint64_t split_proposed; /* leader: when it last proposed a SPLIT (ms) */
+    bool child_flushing;     /* child: flushing before its first compaction */
+    uint64_t child_compact;  /* child: durable up to here, compact (all) at it */
 } lpart;
 
 /* A snapshot copy into this node (fsm.install). */
@@ -132,6 +159,7 @@ typedef struct session {
     struct session *next;
     uint64_t peer, pid, id;
     uint64_t applied;
+    partition_desc desc; /* the range as of `applied` */
     const lsm_snapshot *snap;
     uint64_t last_used;
 } session;
@@ -148,6 +176,9 @@ struct op {
     op_kind kind;
     uint64_t pid;
     uint32_t table_id;
+    uint64_t hash;          /* OP_WRITE, OP_READ with rekey: the key's hash (also the hot-key sample) */
+    bool rekey;             /* OP_READ (GET, QUERY): find the partition by hash each attempt */
+    uint64_t exp_lo, exp_hi; /* OP_READ: the range the caller planned against (SCAN) */
     uint64_t deadline;
     uint64_t retry_at;
     unsigned attempt;
@@ -159,7 +190,6 @@ struct op {
     void *ctx;
     const partition_read_req *req; /* OP_READ */
     arena *arena;
-    uint64_t hash; /* OP_WRITE: the item's key hash (hot-key sample) */
     size_t len;
     uint8_t data[]; /* OP_WRITE: the command; OP_META: the meta record */
 };
@@ -258,10 +288,25 @@ struct rcluster {
 };
 
 static void kick(rcluster *c);
+static void fetch_meta(rcluster *c);
 static void op_run(op *o);
 static void reconcile(rcluster *c);
 
 /* ------------------------------------------------------------------ small helpers */
+
+static void put_be(uint8_t *p, uint64_t v, int n)
+{
+    for (int i = n - 1; i >= 0; i--, v >>= 8)
+        p[i] = (uint8_t)v;
+}
+
+static uint64_t get_be64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = v << 8 | p[i];
+    return v;
+}
 
 static uint64_t now_ms(const rcluster *c)
 {
@@ -567,6 +612,36 @@ static int cluster_file_read(rcluster *c, strata_err *err)
 
 /* ------------------------------------------------------------------ the catalog mirror */
 
+/* A table's partitions in the catalog are the map's: splits change the map only, so
+ * the catalog's copy (what router_table_partitions and router_partition_for_hash
+ * answer, and what a Scan plans with) is replaced by the map's after every change. */
+static void catalog_sync_parts(rcluster *c, uint32_t table_id)
+{
+    const table_info *t = catalog_find_id(c->cat, table_id);
+    size_t n;
+    const meta_partition *mp = meta_table_partitions(c->meta, table_id, &n);
+    if (t == NULL || n == 0)
+        return;
+    bool same = t->n_partitions == n;
+    for (size_t i = 0; same && i < n; i++)
+        same = t->partitions[i].id == mp[i].id && t->partitions[i].hash_lo == mp[i].hash_lo &&
+               t->partitions[i].hash_hi == mp[i].hash_hi;
+    if (same)
+        return;
+    partition_desc *np = calloc(n, sizeof *np);
+    strata_err err;
+    if (np == NULL)
+        return;
+    for (size_t i = 0; i < n; i++)
+        np[i] = (partition_desc){
+            .id = mp[i].id, .table_id = table_id, .hash_lo = mp[i].hash_lo, .hash_hi = mp[i].hash_hi};
+    /* In place: reads in flight point into the table's schema. */
+    if (catalog_set_partitions(c->cat, table_id, np, n, &err) < 0)
+        fprintf(stderr, "stratad: table %u: cannot follow the map's partitions: %s\n", table_id,
+                err.msg);
+    free(np);
+}
+
 /* The catalog holds the record of every table of the map. Rebuilt from the map when a
  * whole map was fetched; kept in step command by command on meta voters. */
 static int catalog_rebuild(rcluster *c)
@@ -583,6 +658,8 @@ static int catalog_rebuild(rcluster *c)
     catalog_bump_ids(n, meta_next_table_id(c->meta), meta_next_partition_id(c->meta));
     catalog_free(c->cat);
     c->cat = n;
+    for (size_t i = 0; i < meta_table_count(c->meta); i++)
+        catalog_sync_parts(c, meta_table_at(c->meta, i)->id);
     return 0;
 }
 
@@ -597,7 +674,7 @@ static op *op_new(rcluster *c, op_kind kind, const void *data, size_t len)
     o->kind = kind;
     o->deadline = now_ms(c) + OP_DEADLINE_MS;
     o->len = len;
-    if (len)
+    if (len && data != NULL)
         memcpy(o->data, data, len);
     o->next = c->live;
     if (c->live != NULL)
@@ -746,10 +823,20 @@ static void sample_write_key(op *o, const uint8_t *result, size_t len)
     capacity_sample_key(o->c->cap, o->table_id, o->pid, o->hash, nano, now_ms(o->c));
 }
 
+static bool is_moved(const void *result, size_t len)
+{
+    return len == sizeof MOVED_RESULT && memcmp(result, MOVED_RESULT, len) == 0;
+}
+
 static void on_local_write(void *data, const raft_host_outcome *out)
 {
     op *o = data;
     o->in_flight = false;
+    if (out->code == ERR_NONE && is_moved(out->result, out->result_len)) {
+        fetch_meta(o->c); /* the map names the key's new partition (or soon will) */
+        op_retry(o, 0);
+        return;
+    }
     if (out->code == ERR_NONE) {
         seen_note(o->c, o->pid, out->index);
         sample_write_key(o, out->result, out->result_len);
@@ -800,11 +887,13 @@ static void on_remote_write(void *ctx, int status, const strata_err *err, const 
 static void write_attempt(op *o)
 {
     rcluster *c = o->c;
-    const meta_partition *mp = meta_partition_find(c->meta, o->pid);
-    if (mp == NULL || mp->table_id != o->table_id) {
+    /* By hash at every attempt: a split may have moved the key since the last one. */
+    const meta_partition *mp = meta_partition_for_hash(c->meta, o->table_id, o->hash);
+    if (mp == NULL) {
         op_fail_code(o, ERR_RESOURCE_NOT_FOUND, "Requested resource not found");
         return;
     }
+    o->pid = mp->id;
     uint64_t target = pick_leader(c, mp, o->attempt);
     strata_err err;
     if (target == 0) {
@@ -840,10 +929,20 @@ static void write_attempt(op *o)
 
 /* ------------------------------------------------------------------ reads */
 
+/* The replica serves exactly the range the read was planned against. */
+static bool range_matches(const partition_desc *d, uint64_t lo, uint64_t hi)
+{
+    return d->hash_lo == lo && d->hash_hi == hi;
+}
+
 static void read_local(op *o, const lpart *lp)
 {
     partition_read_res res;
     strata_err err;
+    if (!range_matches(&lp->desc, o->exp_lo, o->exp_hi)) {
+        op_retry(o, 0); /* this replica is before or after a split the map shows */
+        return;
+    }
     if (cap_admit(o->c, lp->desc.table_id, lp->id, CAP_READ, router_read_reserve(o->req), &err) <
             0 ||
         o->c->sm.read(o->c->engine, &lp->desc, o->req, o->arena, &res, &err) < 0) {
@@ -919,15 +1018,28 @@ static uint64_t pick_replica(rcluster *c, const meta_partition *mp, unsigned att
 static void read_attempt(op *o)
 {
     rcluster *c = o->c;
-    const meta_partition *mp = meta_partition_find(c->meta, o->pid);
+    const meta_partition *mp = o->rekey ? meta_partition_for_hash(c->meta, o->table_id, o->hash)
+                                        : meta_partition_find(c->meta, o->pid);
     if (mp == NULL || mp->table_id != o->table_id) {
         op_fail_code(o, ERR_RESOURCE_NOT_FOUND, "Requested resource not found");
+        return;
+    }
+    if (o->rekey) { /* one key: whichever partition owns it now */
+        o->pid = mp->id;
+        o->exp_lo = mp->hash_lo;
+        o->exp_hi = mp->hash_hi;
+    } else if (!range_matches(&(partition_desc){.hash_lo = mp->hash_lo, .hash_hi = mp->hash_hi},
+                              o->exp_lo, o->exp_hi)) {
+        /* A scan of a range a split has cut since it was planned: the caller plans again. */
+        op_fail_code(o, ERR_UNAVAILABLE,
+                     ROUTER_MOVED_PREFIX " the partition was split; plan the read again");
         return;
     }
     bool strong = o->req->consistent;
     uint64_t target;
     uint64_t min_index = seen_get(c, o->pid);
-    if (!strong && local_replica_fresh(c, o->pid, min_index)) {
+    if (!strong && local_replica_fresh(c, o->pid, min_index) &&
+        range_matches(&lpart_find(c, o->pid)->desc, o->exp_lo, o->exp_hi)) {
         read_local(o, lpart_find(c, o->pid));
         return;
     }
@@ -952,6 +1064,8 @@ static void read_attempt(op *o)
     buf_put_varint(&c->scratch, o->pid);
     buf_put_u8(&c->scratch, strong ? 1 : 0);
     buf_put_varint(&c->scratch, min_index);
+    buf_put_u64be(&c->scratch, o->exp_lo);
+    buf_put_u64be(&c->scratch, o->exp_hi);
     if (partition_read_req_encode(o->req, &c->scratch, &err) < 0) {
         op_fail(o, &err);
         return;
@@ -1145,6 +1259,31 @@ static void on_engine_writable(void *arg, const strata_err *err)
     kick(arg); /* resume from the loop: this may run inside lsm_write's caller */
 }
 
+/* A SPLIT entry: the replica first makes the parent durable up to it, then creates the
+ * child and shrinks the parent (split_step, from the loop: the host's groups cannot be
+ * started from inside apply). Until then the entry is refused (BUSY) and retried; once
+ * the parent's range no longer holds the split hash, the entry is done (also when it is
+ * replayed after a restart). A command that does not decode is ignored everywhere. */
+static int apply_split(rcluster *c, lpart *lp, uint64_t index, const void *cmd, size_t len)
+{
+    split_cmd sc;
+    strata_err err;
+    if (split_cmd_decode(cmd, len, &sc, &err) < 0) {
+        fprintf(stderr, "stratad: partition %" PRIu64 " entry %" PRIu64 ": %s (ignored)\n",
+                lp->id, index, err.msg);
+        return 0;
+    }
+    if (!split_hash_valid(lp->desc.hash_lo, lp->desc.hash_hi, sc.split_hash))
+        return 0;
+    if (lp->split == SPLIT_NONE || lp->split_index != index) {
+        lp->split = SPLIT_WRITE;
+        lp->split_index = index;
+        lp->split_cmd = sc;
+    }
+    kick(c);
+    return RAFT_HOST_APPLY_BUSY;
+}
+
 static int apply_partition(rcluster *c, uint64_t group, uint64_t index, const void *cmd, size_t len,
                            void **result, size_t *result_len)
 {
@@ -1153,6 +1292,23 @@ static int apply_partition(rcluster *c, uint64_t group, uint64_t index, const vo
         return -1;
     if (lp->poisoned)
         return RAFT_HOST_APPLY_BUSY; /* partial state: only a completed copy may follow */
+    const uint8_t *b = cmd;
+    if (split_cmd_is(b, len))
+        return apply_split(c, lp, index, cmd, len);
+    if (len >= 9 && b[0] == ENTRY_WRITE) {
+        uint64_t h = get_be64(b + 1);
+        if (h < lp->desc.hash_lo || h > lp->desc.hash_hi) {
+            uint8_t *m = malloc(sizeof MOVED_RESULT);
+            if (m == NULL)
+                return -1;
+            memcpy(m, MOVED_RESULT, sizeof MOVED_RESULT);
+            *result = m;
+            *result_len = sizeof MOVED_RESULT;
+            return 0;
+        }
+        cmd = b + 9;
+        len -= 9;
+    }
     buf res;
     buf_init(&res, 0);
     strata_err err;
@@ -1214,6 +1370,12 @@ static void mirror_catalog(rcluster *c, const meta_cmd *cmd, const char *dropped
     if (cmd->kind == META_CMD_TABLE_CREATE || cmd->kind == META_CMD_TABLE_SCHEMA) {
         if (catalog_apply(c->cat, cmd->schema, cmd->schema_len, &err) < 0)
             fprintf(stderr, "stratad: table %u: bad catalog record: %s\n", cmd->table_id, err.msg);
+        catalog_sync_parts(c, cmd->table_id);
+    } else if (cmd->kind == META_CMD_SPLIT) {
+        const meta_partition *mp = meta_partition_find(c->meta, cmd->partition_id);
+        if (mp != NULL)
+            catalog_sync_parts(c, mp->table_id);
+        catalog_bump_ids(c->cat, meta_next_table_id(c->meta), meta_next_partition_id(c->meta));
     } else if (cmd->kind == META_CMD_TABLE_DROP && dropped_name != NULL) {
         buf b;
         buf_init(&b, 0);
@@ -1273,12 +1435,6 @@ static int fsm_apply(void *ctx, uint64_t group, uint64_t index, const void *cmd,
 
 /* ------------------------------------------------------------------ snapshots */
 
-static void put_be(uint8_t *p, uint64_t v, int n)
-{
-    for (int i = n - 1; i >= 0; i--, v >>= 8)
-        p[i] = (uint8_t)v;
-}
-
 /* Engine key marking a snapshot copy in progress into partition `pid` (table 0 is no
  * table's: the catalog's namespace). */
 static size_t install_mark_key(uint8_t k[13], uint64_t pid)
@@ -1297,6 +1453,62 @@ static bool install_marked(rcluster *c, uint64_t pid)
     int found = lsm_get(c->engine, NULL, k, install_mark_key(k, pid), &v, NULL);
     buf_free(&v);
     return found != 0; /* an engine error counts as marked: never apply on doubt */
+}
+
+/* Engine key of a replica's range record (split.h): table 0 | 'R' | partition. */
+static size_t range_key(uint8_t k[13], uint64_t pid)
+{
+    memset(k, 0, 4);
+    k[4] = 'R';
+    put_be(k + 5, pid, 8);
+    return 13;
+}
+
+/* 1 with *out when the replica has a range record, 0 when not, -1 on an engine error or
+ * a damaged record (the caller waits: never start a replica on doubt). */
+static int range_read(rcluster *c, uint64_t pid, split_range *out)
+{
+    uint8_t k[13];
+    buf v;
+    buf_init(&v, 0);
+    strata_err err;
+    int found = lsm_get(c->engine, NULL, k, range_key(k, pid), &v, &err);
+    int rc = found < 0 ? -1 : found == 0 ? 0 : 1;
+    if (rc == 1 && split_range_decode(v.data, v.len, out, &err) < 0) {
+        fprintf(stderr, "stratad: partition %" PRIu64 ": %s\n", pid, err.msg);
+        rc = -1;
+    }
+    buf_free(&v);
+    return rc;
+}
+
+static int range_put(lsm_batch *b, uint64_t pid, const split_range *r, strata_err *err)
+{
+    uint8_t k[13];
+    buf v;
+    buf_init(&v, 0);
+    int rc = split_range_encode(r, &v, err);
+    if (rc == 0)
+        rc = lsm_batch_put(b, k, range_key(k, pid), v.data, v.len, err);
+    buf_free(&v);
+    return rc;
+}
+
+/* Forgets a replica's range record (the replica went away). A failure leaves a record
+ * that a later replica of the same id on this node would start from. */
+static void range_forget(rcluster *c, uint64_t pid)
+{
+    uint8_t k[13];
+    lsm_batch *b = lsm_batch_new();
+    strata_err err;
+    if (b != NULL && lsm_batch_delete(b, k, range_key(k, pid), &err) == 0)
+        lsm_write(c->engine, b, 0, 0, &err);
+    lsm_batch_free(b);
+}
+
+static split_range range_of(const partition_desc *d)
+{
+    return (split_range){.table_id = d->table_id, .hash_lo = d->hash_lo, .hash_hi = d->hash_hi};
 }
 
 /* Recounts a replica's items and bytes (at start, and after a copy replaced them). */
@@ -1366,6 +1578,7 @@ static void install_apply_chunk(install *in)
     rd r;
     rd_init(&r, in->chunk, in->chunk_len);
     uint64_t applied = rd_varint(&r);
+    uint64_t src_lo = rd_u64be(&r), src_hi = rd_u64be(&r);
     uint8_t done = rd_u8(&r);
     uint64_t nk = rd_varint(&r);
     const uint8_t *next = r.failed || nk > rd_left(&r) ? NULL : rd_bytes(&r, (size_t)nk);
@@ -1381,8 +1594,19 @@ static void install_apply_chunk(install *in)
             rc = -1;
     }
     uint8_t mk[13];
+    lpart *lp = lpart_find(c, in->pid);
+    partition_desc src = lp != NULL ? lp->desc : (partition_desc){0};
+    src.hash_lo = src_lo;
+    src.hash_hi = src_hi;
+    split_range rg = range_of(&src);
+    if (rc == 0 && (lp == NULL || src_lo > src_hi))
+        rc = -1;
     if (rc == 0 && done)
         rc = lsm_batch_delete(b, mk, install_mark_key(mk, in->pid), &err);
+    /* The copy states the source's range as of its applied index: a split applied there
+     * before the copy shrank it, and this replica now serves the same. */
+    if (rc == 0 && done)
+        rc = range_put(b, in->pid, &rg, &err);
     if (rc == 0)
         rc = lsm_write(c->engine, b, in->pid, done ? applied : 0, &err);
     lsm_batch_free(b);
@@ -1395,6 +1619,14 @@ static void install_apply_chunk(install *in)
         return;
     }
     in->applied = applied;
+    if (done && (lp->desc.hash_lo != src_lo || lp->desc.hash_hi != src_hi)) {
+        fprintf(stderr,
+                "stratad: partition %" PRIu64 " copied with its range as of the copy (split)\n",
+                in->pid);
+        lp->desc = src;
+    }
+    if (done)
+        lp->split = SPLIT_NONE; /* the copy holds whatever a pending SPLIT would have made */
     buf_reset(&in->next_key);
     if (next != NULL)
         buf_append(&in->next_key, next, (size_t)nk);
@@ -1543,6 +1775,7 @@ static session *session_open(rcluster *c, uint64_t peer, uint64_t pid, uint64_t 
                    .pid = pid,
                    .id = id,
                    .applied = st.applied_index,
+                   .desc = lp->desc,
                    .snap = lsm_snapshot_new(c->engine)};
     s->next = c->sessions;
     c->sessions = s;
@@ -1577,7 +1810,7 @@ static void serve_snap_chunk(rcluster *c, uint64_t peer, const uint8_t *data, si
     }
     s->last_used = now_ms(c);
     uint8_t lo[12], hi[12];
-    router_partition_bounds(&lp->desc, lo, hi);
+    router_partition_bounds(&s->desc, lo, hi);
     lsm_iter_options o = {
         .snapshot = s->snap, .lower = lo, .lower_len = 12, .upper = hi, .upper_len = 12};
     lsm_iter *it = lsm_iter_new(c->engine, &o, &err);
@@ -1608,6 +1841,8 @@ static void serve_snap_chunk(rcluster *c, uint64_t peer, const uint8_t *data, si
     bool done = !lsm_iter_valid(it);
     int rc = lsm_iter_status(it, &err);
     buf_put_varint(&out, s->applied);
+    buf_put_u64be(&out, s->desc.hash_lo);
+    buf_put_u64be(&out, s->desc.hash_hi);
     buf_put_u8(&out, done ? 1 : 0);
     /* The next chunk starts just after the last key: that key followed by a 0 byte. */
     buf_put_varint(&out, done ? 0 : last.len + 1);
@@ -1656,6 +1891,23 @@ static uint64_t compact_point(rcluster *c, uint64_t pid, uint64_t durable)
     return upto;
 }
 
+typedef struct {
+    rcluster *c;
+    uint64_t pid, index;
+} split_flush;
+
+static void on_child_flushed(void *arg, const strata_err *err)
+{
+    split_flush *f = arg;
+    lpart *lp = lpart_find(f->c, f->pid);
+    if (lp != NULL) {
+        lp->child_flushing = false;
+        if (err == NULL || err->code == ERR_NONE)
+            lp->child_compact = f->index;
+    }
+    free(f);
+}
+
 /* Periodic: compacts logs up to what the engine holds durably, ends idle sessions. */
 static void snapshots_tick(rcluster *c)
 {
@@ -1664,6 +1916,29 @@ static void snapshots_tick(rcluster *c)
         next = s->next;
         if (now - s->last_used > SNAP_SESSION_IDLE_MS)
             session_free(c, s);
+    }
+    /* A child's log does not rebuild its state (the parent's log made it): compacting it
+     * whole early sends every replica that joins later a copy instead. The point must be
+     * above index 1 (Raft sends a follower that lacks entry 1 entries from 1, not the
+     * snapshot) and durable: the engine is flushed first. */
+    for (size_t i = 0; i < c->n_parts; i++) {
+        lpart *lp = &c->parts[i];
+        raft_host_group_stats st;
+        if (!lp->child || lp->poisoned || lp->child_flushing ||
+            raft_host_group_info(c->host, lp->id, &st, NULL) < 0 || st.installing || st.failed ||
+            st.snapshot_index >= 2)
+            continue;
+        if (lp->child_compact >= 2) {
+            raft_host_compact_all(c->host, lp->id, lp->child_compact, NULL);
+            lp->child_compact = 0;
+        } else if (st.applied_index >= 2) {
+            split_flush *f = malloc(sizeof *f);
+            if (f == NULL)
+                continue;
+            *f = (split_flush){.c = c, .pid = lp->id, .index = st.applied_index};
+            lp->child_flushing = true;
+            lsm_flush(c->engine, on_child_flushed, f);
+        }
     }
     if (now - c->last_compact < COMPACT_EVERY_MS)
         return;
@@ -1750,6 +2025,58 @@ static void follow_map_configs(rcluster *c)
         else
             fprintf(stderr, "stratad: partition %" PRIu64 ": configuration change to %zu members\n",
                     lp->id, nn);
+    }
+}
+
+static void on_split_proposed(void *data, const raft_host_outcome *out)
+{
+    rcluster *c = data;
+    if (out->code != ERR_NONE && !c->closing)
+        fprintf(stderr, "stratad: a SPLIT entry did not commit; the leader proposes it again\n");
+}
+
+/* On partition leaders: a local range wider than the map's means the map split the
+ * partition; the leader carries that split into the partition's log, the highest child
+ * first (the map may have split the range again meanwhile: the child that owns the top
+ * of the local range is cut off first, then the next). The members are the group's
+ * current configuration, carried in the entry. */
+static void follow_map_splits(rcluster *c)
+{
+    uint64_t now = now_ms(c);
+    for (size_t i = 0; i < c->n_parts; i++) {
+        lpart *lp = &c->parts[i];
+        const meta_partition *mp = meta_partition_find(c->meta, lp->id);
+        if (mp == NULL || lp->split != SPLIT_NONE || lp->poisoned ||
+            mp->hash_hi >= lp->desc.hash_hi || now - lp->split_proposed < SPLIT_PROPOSE_MS ||
+            !raft_host_is_leader(c->host, lp->id))
+            continue;
+        const meta_partition *ch = meta_partition_for_hash(c->meta, lp->desc.table_id,
+                                                           lp->desc.hash_hi);
+        if (ch == NULL || ch->id == lp->id || ch->hash_hi != lp->desc.hash_hi ||
+            !split_hash_valid(lp->desc.hash_lo, lp->desc.hash_hi, ch->hash_lo))
+            continue;
+        raft_host_member cur[META_MAX_MEMBERS + 2];
+        size_t n;
+        bool pending;
+        if (raft_host_configuration(c->host, lp->id, cur, META_MAX_MEMBERS + 2, &n, &pending,
+                                    NULL) < 0 ||
+            pending || n == 0 || n > SPLIT_MAX_MEMBERS)
+            continue;
+        split_cmd sc = {.child_id = ch->id, .split_hash = ch->hash_lo, .n_members = (uint32_t)n};
+        for (size_t k = 0; k < n; k++)
+            sc.members[k] = (split_member){.node = cur[k].id, .voter = cur[k].voter};
+        buf b;
+        buf_init(&b, 0);
+        strata_err err;
+        if (split_cmd_encode(&sc, &b, &err) == 0 &&
+            raft_host_submit(c->host, lp->id, b.data, b.len, on_split_proposed, c, &err) == 0) {
+            lp->split_proposed = now;
+            fprintf(stderr,
+                    "stratad: partition %" PRIu64 ": proposing its split at %016" PRIx64
+                    " (child %" PRIu64 ")\n",
+                    lp->id, ch->hash_lo, ch->id);
+        }
+        buf_free(&b);
     }
 }
 
@@ -2203,6 +2530,10 @@ static void respond_retry(rpc_responder *resp, uint64_t leader, const char *why)
 static void on_served_write(void *data, const raft_host_outcome *out)
 {
     rpc_responder *resp = data;
+    if (out->code == ERR_NONE && is_moved(out->result, out->result_len)) {
+        respond_retry(resp, 0, "the key moved to another partition (split); not applied");
+        return;
+    }
     if (out->code == ERR_NONE) {
         buf b;
         buf_init(&b, 10 + out->result_len);
@@ -2248,6 +2579,7 @@ typedef struct {
     rcluster *c;
     rpc_responder *resp;
     uint64_t pid;
+    uint64_t exp_lo, exp_hi; /* the range the caller planned against */
     arena arena;
     partition_read_req req;
 } served_read;
@@ -2278,6 +2610,8 @@ static void served_read_run(served_read *s)
     buf_init(&out, 0);
     if (lp == NULL) {
         respond_retry(s->resp, 0, "no replica here");
+    } else if (!range_matches(&lp->desc, s->exp_lo, s->exp_hi)) {
+        respond_retry(s->resp, 0, "the replica's range differs (split)");
     } else if (!read_matches_table(s->c, lp, &s->req)) {
         rpc_respond_error(s->resp, ERR_RESOURCE_NOT_FOUND, "Requested resource not found");
     } else if (cap_admit(s->c, lp->desc.table_id, lp->id, CAP_READ, router_read_reserve(&s->req),
@@ -2315,6 +2649,7 @@ static void serve_read(rcluster *c, const uint8_t *data, size_t len, rpc_respond
     uint64_t pid = rd_varint(&r);
     uint8_t strong = rd_u8(&r);
     uint64_t min_index = rd_varint(&r);
+    uint64_t exp_lo = rd_u64be(&r), exp_hi = rd_u64be(&r);
     served_read *s = calloc(1, sizeof *s);
     if (s == NULL) {
         rpc_respond_error(resp, ERR_NOMEM, "out of memory");
@@ -2323,6 +2658,8 @@ static void serve_read(rcluster *c, const uint8_t *data, size_t len, rpc_respond
     s->c = c;
     s->resp = resp;
     s->pid = pid;
+    s->exp_lo = exp_lo;
+    s->exp_hi = exp_hi;
     arena_init(&s->arena, READ_ARENA_LIMIT);
     strata_err err;
     if (r.failed || pid == META_GROUP ||
@@ -2647,54 +2984,266 @@ static void register_self(rcluster *c)
 
 static void delete_replica_data(rcluster *c, const partition_desc *d);
 
+/* A local replica of the same table, other than `id`, whose range meets [lo, hi]. */
+static bool local_overlap(const rcluster *c, uint64_t id, uint32_t table_id, uint64_t lo,
+                          uint64_t hi)
+{
+    for (size_t i = 0; i < c->n_parts; i++) {
+        const partition_desc *d = &c->parts[i].desc;
+        if (c->parts[i].id != id && d->table_id == table_id && d->hash_lo <= hi && lo <= d->hash_hi)
+            return true;
+    }
+    return false;
+}
+
+/* True when the engine holds any item in the range of `d`. */
+static bool range_has_data(rcluster *c, const partition_desc *d)
+{
+    uint8_t lo[12], hi[12];
+    router_partition_bounds(d, lo, hi);
+    lsm_iter_options o = {.lower = lo, .lower_len = 12, .upper = hi, .upper_len = 12};
+    lsm_iter *it = lsm_iter_new(c->engine, &o, NULL);
+    if (it == NULL)
+        return true; /* on doubt: the replica waits for a copy */
+    lsm_iter_first(it);
+    bool any = lsm_iter_valid(it) || lsm_iter_status(it, NULL) < 0;
+    lsm_iter_free(it);
+    return any;
+}
+
+/* Starts the Raft group of a new local replica `lp` (desc set), from its range record
+ * `rg` when it has one. A child created by a split (record with members) bootstraps with
+ * the members the SPLIT carried, as on every replica that applied it; a member of a
+ * partition's first configuration (epoch 1) bootstraps it identically; any other replica
+ * (added later, or restarted after moves) joins and waits for the leader. */
+static int start_replica_group(rcluster *c, lpart *lp, const meta_partition *mp, meta_role role,
+                               const split_range *rg, strata_err *err)
+{
+    uint64_t voters[SPLIT_MAX_MEMBERS];
+    size_t nv = 0;
+    uint64_t id = lp->id;
+    uint64_t applied = lsm_durable_index(c->engine, id);
+    if (rg != NULL && rg->n_members > 0) {
+        /* A child holds its state as of its first entry (the configuration) from the
+         * split's flush: never below that, also when its log starts later. */
+        if (applied == 0)
+            applied = 1;
+        bool self_voter = false;
+        for (uint32_t k = 0; k < rg->n_members; k++)
+            if (rg->members[k].voter) {
+                voters[nv++] = rg->members[k].node;
+                self_voter = self_voter || rg->members[k].node == c->self;
+            }
+        return self_voter ? raft_host_start_group(c->host, id, voters, nv, applied, err)
+                          : raft_host_join_group(c->host, id, applied, err);
+    }
+    for (uint32_t k = 0; k < mp->n_members; k++)
+        if (mp->members[k].role == META_VOTER)
+            voters[nv++] = mp->members[k].node;
+    return mp->epoch == 1 && role == META_VOTER
+               ? raft_host_start_group(c->host, id, voters, nv, applied, err)
+               : raft_host_join_group(c->host, id, applied, err);
+}
+
+/* Starts a replica the map gives this node. Its range is its record's (the range as of
+ * its applied state), else the map's, recorded now. It waits while a local replica of
+ * the same table still serves part of that range: a parent that has not applied the
+ * SPLIT yet creates the child itself; starting it before would let the late parent
+ * write over the child. A replica without a record that finds stale data in its range
+ * (its parent was replaced by a copy taken after the split, or leftovers of an earlier
+ * replica) wipes it first and starts empty, like any replica added by a move: the log
+ * rebuilds an original partition, and a child's replicas compact the child's log whole
+ * early (snapshots_tick), so a replica joining a child gets a full copy. */
+static void start_replica(rcluster *c, const meta_partition *mp, meta_role role)
+{
+    split_range rg;
+    int have = range_read(c, mp->id, &rg);
+    if (have < 0)
+        return;
+    partition_desc d = {
+        .id = mp->id, .table_id = mp->table_id, .hash_lo = mp->hash_lo, .hash_hi = mp->hash_hi};
+    if (have) {
+        d.table_id = rg.table_id;
+        d.hash_lo = rg.hash_lo;
+        d.hash_hi = rg.hash_hi;
+    }
+    if (local_overlap(c, mp->id, d.table_id, d.hash_lo, d.hash_hi))
+        return;
+    strata_err err;
+    if (!have) {
+        rg = range_of(&d);
+        bool stale = mp->epoch > 1 && lsm_durable_index(c->engine, mp->id) == 0 &&
+                     range_has_data(c, &d);
+        uint8_t lo[12], hi[12];
+        router_partition_bounds(&d, lo, hi);
+        lsm_batch *b = lsm_batch_new();
+        int rc = b != NULL ? 0 : strata_err_set(&err, ERR_NOMEM, "out of memory");
+        if (rc == 0 && stale)
+            rc = lsm_batch_delete_range(b, lo, 12, hi, 12, &err);
+        if (rc == 0)
+            rc = range_put(b, mp->id, &rg, &err);
+        if (rc == 0)
+            rc = lsm_write(c->engine, b, 0, 0, &err);
+        lsm_batch_free(b);
+        if (rc < 0)
+            return; /* next reconcile */
+        if (stale)
+            fprintf(stderr,
+                    "stratad: partition %" PRIu64 ": stale data in its range wiped; it starts "
+                    "empty and catches up from its leader\n",
+                    mp->id);
+    }
+    lpart *lp = lpart_add(c, mp->id, &err);
+    if (lp == NULL)
+        return;
+    lp->desc = d;
+    lp->child = have && rg.n_members > 0;
+    if (install_marked(c, mp->id)) {
+        lp->poisoned = true;
+        fprintf(stderr,
+                "stratad: partition %" PRIu64 " holds a partial snapshot copy: it "
+                "applies nothing until a copy completes\n",
+                mp->id);
+    } else {
+        count_partition(c, lp);
+    }
+    if (start_replica_group(c, lp, mp, role, have ? &rg : NULL, &err) < 0) {
+        fprintf(stderr, "stratad: cannot start partition %" PRIu64 ": %s\n", mp->id, err.msg);
+        lpart_remove(c, lpart_find(c, mp->id));
+    }
+}
+
+/* ------------------------------------------------------------------ splits (local) */
+
+static void on_split_flushed(void *arg, const strata_err *err)
+{
+    split_flush *f = arg;
+    rcluster *c = f->c;
+    lpart *lp = lpart_find(c, f->pid);
+    if (lp != NULL && lp->split == SPLIT_FLUSH && lp->split_index == f->index) {
+        bool ok = (err == NULL || err->code == ERR_NONE) &&
+                  lsm_durable_index(c->engine, f->pid) >= f->index;
+        lp->split = ok ? SPLIT_READY : SPLIT_WRITE; /* a failed flush is tried again */
+    }
+    free(f);
+    kick(c);
+}
+
+/* SPLIT_WRITE: the parent's new range record and the child's (range and the members it
+ * bootstraps with), written under the parent's range id at the SPLIT's index, then a
+ * flush: once it is durable, everything the parent applied before the split is too, so
+ * a restart never replays a parent entry over the child's range. */
+static void split_write(rcluster *c, lpart *lp)
+{
+    const split_cmd *sc = &lp->split_cmd;
+    split_range parent = range_of(&lp->desc);
+    parent.hash_hi = sc->split_hash - 1;
+    split_range child = range_of(&lp->desc);
+    child.hash_lo = sc->split_hash;
+    child.n_members = sc->n_members;
+    memcpy(child.members, sc->members, sc->n_members * sizeof *sc->members);
+    lsm_batch *b = lsm_batch_new();
+    split_flush *f = malloc(sizeof *f);
+    strata_err err;
+    int rc = b != NULL && f != NULL ? 0 : strata_err_set(&err, ERR_NOMEM, "out of memory");
+    if (rc == 0)
+        rc = range_put(b, lp->id, &parent, &err);
+    if (rc == 0)
+        rc = range_put(b, sc->child_id, &child, &err);
+    if (rc == 0)
+        rc = lsm_write(c->engine, b, lp->id, lp->split_index, &err);
+    lsm_batch_free(b);
+    if (rc < 0) {
+        free(f);
+        if (err.code == ERR_BUSY)
+            lsm_on_writable(c->engine, on_engine_writable, c);
+        else
+            fprintf(stderr, "stratad: partition %" PRIu64 ": split records: %s (retrying)\n",
+                    lp->id, err.msg);
+        return;
+    }
+    *f = (split_flush){.c = c, .pid = lp->id, .index = lp->split_index};
+    lp->split = SPLIT_FLUSH;
+    lsm_flush(c->engine, on_split_flushed, f);
+}
+
+/* SPLIT_READY: creates the child replica (unless it exists) with the carried members,
+ * shrinks the parent, and lets the parent's log go on (the SPLIT entry then completes). */
+static void split_finish(rcluster *c, uint64_t pid)
+{
+    lpart *lp = lpart_find(c, pid);
+    split_cmd sc = lp->split_cmd;
+    partition_desc child = lp->desc;
+    child.id = sc.child_id;
+    child.hash_lo = sc.split_hash;
+    bool in_child = false;
+    for (uint32_t k = 0; k < sc.n_members; k++)
+        in_child = in_child || sc.members[k].node == c->self;
+    strata_err err;
+    if (in_child && lpart_find(c, child.id) == NULL) {
+        split_range rg = range_of(&child);
+        rg.n_members = sc.n_members;
+        memcpy(rg.members, sc.members, sc.n_members * sizeof *sc.members);
+        lpart *ch = lpart_add(c, child.id, &err);
+        if (ch == NULL)
+            return;
+        ch->desc = child;
+        ch->child = true;
+        if (start_replica_group(c, ch, NULL, META_VOTER, &rg, &err) < 0) {
+            fprintf(stderr, "stratad: cannot start child partition %" PRIu64 ": %s\n", child.id,
+                    err.msg);
+            lpart_remove(c, lpart_find(c, child.id));
+            return;
+        }
+        count_partition(c, lpart_find(c, child.id));
+    }
+    lp = lpart_find(c, pid); /* lpart_add may have moved it */
+    lp->desc.hash_hi = sc.split_hash - 1;
+    lp->split = SPLIT_NONE;
+    count_partition(c, lp);
+    fprintf(stderr,
+            "stratad: partition %" PRIu64 " split at %016" PRIx64 " (entry %" PRIu64
+            "): child %" PRIu64 "\n",
+            pid, sc.split_hash, lp->split_index, child.id);
+    raft_host_apply_resume(c->host, pid);
+}
+
+static void splits_step(rcluster *c)
+{
+    for (size_t i = 0; i < c->n_parts; i++) {
+        lpart *lp = &c->parts[i];
+        if (lp->split == SPLIT_WRITE)
+            split_write(c, lp);
+        else if (lp->split == SPLIT_READY) {
+            split_finish(c, lp->id);
+            kick(c); /* c->parts may have moved: the next reconcile goes on */
+            return;
+        }
+    }
+}
+
 /* Starts the replicas the map gives this node and stops those it took away. */
 static void reconcile_groups(rcluster *c)
 {
-    strata_err err;
     for (size_t i = 0; i < meta_partition_count(c->meta); i++) {
         const meta_partition *mp = meta_partition_at(c->meta, i);
         meta_role role;
         if (!meta_partition_has(mp, c->self, &role) || lpart_find(c, mp->id) != NULL)
             continue;
         /* A replica that left this node a moment ago: its index is forgotten in memory but
-         * not yet on disk (the flush is on its way), so lsm_durable_index below would
-         * still name the old replica's index. Start it once the forget is durable. */
+         * not yet on disk (the flush is on its way), so lsm_durable_index would still name
+         * the old replica's index. Start it once the forget is durable. */
         if (lsm_applied_index(c->engine, mp->id) == 0 && lsm_durable_index(c->engine, mp->id) != 0)
             continue;
-        uint64_t voters[META_MAX_MEMBERS];
-        size_t nv = 0;
-        for (uint32_t k = 0; k < mp->n_members; k++)
-            if (mp->members[k].role == META_VOTER)
-                voters[nv++] = mp->members[k].node;
-        lpart *lp = lpart_add(c, mp->id, &err);
-        if (lp == NULL)
-            return;
-        lp->desc = (partition_desc){
-            .id = mp->id, .table_id = mp->table_id, .hash_lo = mp->hash_lo, .hash_hi = mp->hash_hi};
-        uint64_t applied = lsm_durable_index(c->engine, mp->id);
-        if (install_marked(c, mp->id)) {
-            lp->poisoned = true;
-            fprintf(stderr,
-                    "stratad: partition %" PRIu64 " holds a partial snapshot copy: it "
-                    "applies nothing until a new copy completes\n",
-                    mp->id);
-        } else {
-            count_partition(c, lp);
-        }
-        /* Members of a partition's first configuration (epoch 1) bootstrap it identically;
-         * a replica added later (or restarted after moves) joins and waits for the leader. */
-        int rc = mp->epoch == 1 && role == META_VOTER
-                     ? raft_host_start_group(c->host, mp->id, voters, nv, applied, &err)
-                     : raft_host_join_group(c->host, mp->id, applied, &err);
-        if (rc < 0) {
-            fprintf(stderr, "stratad: cannot start partition %" PRIu64 ": %s\n", mp->id, err.msg);
-            lpart_remove(c, lpart_find(c, mp->id));
-        }
+        start_replica(c, mp, role);
     }
     for (size_t i = 0; i < c->n_parts;) {
         lpart *lp = &c->parts[i];
         const meta_partition *mp = meta_partition_find(c->meta, lp->id);
-        if (mp != NULL && meta_partition_has(mp, c->self, NULL)) {
+        /* A child created by a SPLIT entry before this node's map shows the split has
+         * an id the map has not handed out yet: not a dropped partition. */
+        if ((mp != NULL && meta_partition_has(mp, c->self, NULL)) ||
+            (mp == NULL && lp->id >= meta_next_partition_id(c->meta))) {
             i++;
             continue;
         }
@@ -2713,6 +3262,7 @@ static void reconcile_groups(rcluster *c)
         wal_drop_group(c->log, id, NULL, NULL, NULL);
         if (mp != NULL)
             delete_replica_data(c, &lp->desc); /* moved away; a dropped table goes whole */
+        range_forget(c, id);
         lpart_remove(c, lp);
     }
 }
@@ -2783,6 +3333,7 @@ static void reconcile(rcluster *c)
             peer_ensure(c, n->id, n->peer_addr);
     }
     reconcile_groups(c);
+    splits_step(c);
     installs_step(c);
     delete_dropped(c);
     for (size_t i = 0; i < c->n_parts; i++)
@@ -2860,6 +3411,7 @@ static void on_tick(uv_timer_t *t)
     reconcile(c);
     follow_map_configs(c);
     follow_map_leaders(c);
+    follow_map_splits(c);
     schedule(c);
     push_stats(c);
 }
@@ -3069,12 +3621,17 @@ int rcluster_write(rcluster *c, uint32_t table_id, uint64_t hash, const uint8_t 
     const meta_partition *mp = meta_partition_for_hash(c->meta, table_id, hash);
     if (mp == NULL)
         return strata_err_set(err, ERR_RESOURCE_NOT_FOUND, "Requested resource not found");
-    op *o = op_new(c, OP_WRITE, cmd, len);
+    /* The log entry carries the key's hash: a replica that no longer owns it (a split
+     * applied before this entry) refuses it unapplied, and the router sends it on. */
+    op *o = op_new(c, OP_WRITE, NULL, 9 + len);
     if (o == NULL)
         return strata_err_set(err, ERR_NOMEM, "out of memory");
+    o->data[0] = ENTRY_WRITE;
+    put_be(o->data + 1, hash, 8);
+    memcpy(o->data + 9, cmd, len);
     o->pid = mp->id;
-    o->table_id = table_id;
     o->hash = hash;
+    o->table_id = table_id;
     o->wcb = cb;
     o->ctx = ctx;
     op_start(o);
@@ -3095,6 +3652,17 @@ int rcluster_read(rcluster *c, uint32_t table_id, uint64_t partition_id,
         return strata_err_set(err, ERR_NOMEM, "out of memory");
     o->pid = partition_id;
     o->table_id = table_id;
+    o->exp_lo = mp->hash_lo;
+    o->exp_hi = mp->hash_hi;
+    /* A GET or Query reads one partition key: it follows the key through splits. */
+    const av *pk = req->kind == PARTITION_GET    ? av_map_get(req->key, req->ks.hash_name,
+                                                              req->ks.hash_name_len)
+                   : req->kind == PARTITION_QUERY ? req->hash_value
+                                                  : NULL;
+    if (pk != NULL) {
+        o->rekey = true;
+        o->hash = key_hash(pk);
+    }
     o->req = req;
     o->arena = a;
     o->rcb = cb;
@@ -3204,6 +3772,84 @@ static partition_stats partition_figures(const rcluster *c, uint64_t pid)
     if (pstats_get(c->heard, pid, now > 3 * STATS_PUSH_MS ? now - 3 * STATS_PUSH_MS : 0, &st))
         return st;
     return lp != NULL ? lp->stats : st;
+}
+
+/* A split of the map (router_split): proposed with the map's next partition id; another
+ * command that took that id first makes the meta group refuse it (ERR_RESOURCE_IN_USE),
+ * and it is proposed again with a fresh id. */
+typedef struct {
+    rcluster *c;
+    uint64_t pid, epoch, split, child;
+    router_cb cb;
+    void *ctx;
+    int attempts;
+} split_op;
+
+static int split_propose(split_op *so, strata_err *err);
+
+static void on_split_done(void *ctx, const strata_err *err, const uint8_t *res, size_t len)
+{
+    split_op *so = ctx;
+    strata_err perr;
+    (void)res;
+    (void)len;
+    if (err != NULL && err->code == ERR_RESOURCE_IN_USE && !so->c->closing &&
+        so->attempts < SPLIT_ATTEMPTS && split_propose(so, &perr) == 0)
+        return;
+    if (err != NULL) {
+        so->cb(so->ctx, err, NULL, 0);
+    } else {
+        char out[160];
+        int n = snprintf(out, sizeof out,
+                         "{\"partition\":%" PRIu64 ",\"child\":%" PRIu64
+                         ",\"split_hash\":\"%016" PRIx64 "\"}",
+                         so->pid, so->child, so->split);
+        so->cb(so->ctx, NULL, (const uint8_t *)out, (size_t)n);
+    }
+    free(so);
+}
+
+static int split_propose(split_op *so, strata_err *err)
+{
+    uint64_t id = meta_next_partition_id(so->c->meta);
+    so->child = id > so->child ? id : so->child + 1;
+    so->attempts++;
+    meta_cmd cmd = {.kind = META_CMD_SPLIT,
+                    .now_ms = wall_ms(),
+                    .partition_id = so->pid,
+                    .epoch = so->epoch,
+                    .split_hash = so->split,
+                    .new_partition_id = so->child};
+    return propose_meta(so->c, &cmd, on_split_done, so, err);
+}
+
+int rcluster_split(rcluster *c, uint64_t partition_id, bool has_hash, uint64_t hash, router_cb cb,
+                   void *ctx, strata_err *err)
+{
+    if (c->closing)
+        return strata_err_set(err, ERR_UNAVAILABLE, "The server is shutting down");
+    const meta_partition *mp = meta_partition_find(c->meta, partition_id);
+    if (mp == NULL)
+        return strata_err_set(err, ERR_RESOURCE_NOT_FOUND,
+                              "partition %" PRIu64 " is not in the cluster map", partition_id);
+    uint64_t split = hash;
+    if (!has_hash && split_middle(mp->hash_lo, mp->hash_hi, &split, err) < 0)
+        return -1;
+    if (!split_hash_valid(mp->hash_lo, mp->hash_hi, split))
+        return strata_err_set(err, ERR_VALIDATION,
+                              "split hash %016" PRIx64 " is not inside (%016" PRIx64
+                              ", %016" PRIx64 "] of partition %" PRIu64,
+                              split, mp->hash_lo, mp->hash_hi, partition_id);
+    split_op *so = calloc(1, sizeof *so);
+    if (so == NULL)
+        return strata_err_set(err, ERR_NOMEM, "out of memory");
+    *so = (split_op){
+        .c = c, .pid = partition_id, .epoch = mp->epoch, .split = split, .cb = cb, .ctx = ctx};
+    if (split_propose(so, err) < 0) {
+        free(so);
+        return -1;
+    }
+    return 0;
 }
 
 partition_stats rcluster_table_stats(const rcluster *c, uint32_t table_id)

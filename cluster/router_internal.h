@@ -55,6 +55,8 @@ size_t rcluster_inflight(const rcluster *c);
 bool rcluster_ready(const rcluster *c);
 void rcluster_status_json(rcluster *c, buf *out);
 void rcluster_digests_json(rcluster *c, buf *out);
+int rcluster_split(rcluster *c, uint64_t partition_id, bool has_hash, uint64_t hash, router_cb cb,
+                   void *ctx, strata_err *err);
 int rcluster_node_state(rcluster *c, uint64_t node, const char *state, router_cb cb, void *ctx,
                         strata_err *err);
 int rcluster_rebalance_leaders(rcluster *c, router_cb cb, void *ctx, strata_err *err);

@@ -127,6 +127,40 @@ static void admin_rebalance_leaders(api_request *req)
 
 static const api_op admin_rebalance_op = {"AdminRebalanceLeaders", admin_rebalance_leaders};
 
+/* POST /admin/split {"partition": P, "hash": "HEX"} (hash optional: the middle of the
+ * range): splits a partition of the cluster map (router_split). Answers
+ * {"partition", "child", "split_hash"} once this node's map holds the split. */
+static void admin_split_done(void *ctx, const strata_err *err, const uint8_t *res, size_t len)
+{
+    api_request *req = ctx;
+    json_t *j = err == NULL ? json_loadb((const char *)res, len, 0, NULL) : NULL;
+    if (err != NULL)
+        api_respond_err(req, err);
+    else
+        api_respond_json(req, j != NULL ? j : json_object());
+}
+
+static void admin_split(api_request *req)
+{
+    json_t *part = json_object_get(req->body, "partition");
+    json_t *hash = json_object_get(req->body, "hash");
+    const char *hex = json_string_value(hash);
+    char *end = NULL;
+    uint64_t h = hex != NULL ? strtoull(hex, &end, 16) : 0;
+    strata_err err;
+    if (!json_is_integer(part) || json_integer_value(part) <= 0 ||
+        (hash != NULL && (hex == NULL || end == hex || *end != '\0' || strlen(hex) > 16))) {
+        api_respond_error(req, ERR_VALIDATION,
+                          "expected {\"partition\": id, \"hash\": \"16 hex digits\" (optional)}");
+        return;
+    }
+    if (router_split(req->router, (uint64_t)json_integer_value(part), hash != NULL, h,
+                     admin_split_done, req, &err) < 0)
+        api_respond_err(req, &err);
+}
+
+static const api_op admin_split_op = {"AdminSplit", admin_split};
+
 static const api_op *find_op(const char *name)
 {
     for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
@@ -570,11 +604,21 @@ void api_handle(http_request *http, void *data)
     }
     const char *target = http_request_header(http, "X-Amz-Target");
     const api_op *op = NULL;
-    bool admin =
-        strcmp(path, "/admin/node-state") == 0 || strcmp(path, "/admin/rebalance-leaders") == 0;
-    if (admin) /* operators' API: no AWS signature (SigV4 comes later) */
-        op = strcmp(path, "/admin/node-state") == 0 ? &admin_node_state_op : &admin_rebalance_op;
-    else if (target != NULL && strncmp(target, TARGET_PREFIX, strlen(TARGET_PREFIX)) == 0)
+    /* Operators' API: no AWS signature (SigV4 comes later). */
+    static const struct {
+        const char *path;
+        const api_op *op;
+    } admin_ops[] = {
+        {"/admin/node-state", &admin_node_state_op},
+        {"/admin/rebalance-leaders", &admin_rebalance_op},
+        {"/admin/split", &admin_split_op},
+    };
+    bool admin = false;
+    for (size_t i = 0; i < sizeof admin_ops / sizeof admin_ops[0] && !admin; i++) {
+        admin = strcmp(path, admin_ops[i].path) == 0;
+        op = admin ? admin_ops[i].op : NULL;
+    }
+    if (!admin && target != NULL && strncmp(target, TARGET_PREFIX, strlen(TARGET_PREFIX)) == 0)
         op = find_op(target + strlen(TARGET_PREFIX));
     if (op == NULL) {
         json_decref(obj);

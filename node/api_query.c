@@ -32,9 +32,14 @@ typedef struct {
     uint32_t table_id;
     partition_read_req rr;
     uint32_t limit; /* 0 = none */
-    /* Scan: the partitions still to visit (ids, in hash order). */
+    /* Query: the one partition. Scan: walks the segment by hash, partition after
+     * partition as the router's map has them when each is read (splits may change them
+     * between pages, or during one: router_err_moved). */
     uint64_t *parts;
     size_t nparts, next;
+    uint64_t pos, seg_hi; /* Scan: the next hash to read, the segment's last */
+    uint64_t cur_hi;      /* Scan: the last hash of the partition being read */
+    unsigned replans;     /* Scan: reads planned again after a split */
     /* Accumulated page. */
     buf items; /* JSON text of the items, comma-separated */
     uint32_t count, scanned;
@@ -121,6 +126,10 @@ static void read_next(read_ctx *c);
 static void read_done(void *arg, const strata_err *err, partition_read_res *res)
 {
     read_ctx *c = arg;
+    if (err != NULL && c->scan && router_err_moved(err) && c->replans++ < 64) {
+        read_next(c); /* nothing was read: plan this part again from the current map */
+        return;
+    }
     if (err != NULL) {
         fail(c, err);
         return;
@@ -139,17 +148,30 @@ static void read_done(void *arg, const strata_err *err, partition_read_res *res)
         return;
     }
     c->rr.exclusive_start_key = NULL; /* only the first partition resumes */
-    if (!c->scan || c->next >= c->nparts) {
+    if (!c->scan || c->cur_hi >= c->seg_hi) {
         finish(c);
         return;
     }
+    c->pos = c->cur_hi + 1;
     read_next(c);
 }
 
 static void read_next(read_ctx *c)
 {
     strata_err err;
-    uint64_t id = c->parts[c->next++];
+    uint64_t id;
+    if (c->scan) {
+        const partition_desc *p = router_partition_for_hash(c->req->router, c->table_id, c->pos);
+        if (p == NULL) {
+            strata_err_set(&err, ERR_RESOURCE_NOT_FOUND, "Requested resource not found");
+            fail(c, &err);
+            return;
+        }
+        id = p->id;
+        c->cur_hi = p->hash_hi;
+    } else {
+        id = c->parts[c->next++];
+    }
     /* This partition gets what is left of the page's Limit and 1 MB. */
     c->rr.limit = c->limit ? c->limit - c->scanned : 0;
     c->rr.max_bytes = PARTITION_PAGE_BYTES - c->bytes;
@@ -493,23 +515,9 @@ void api_scan(api_request *req)
         c->rr.exclusive_start_key = esk;
     }
 
-    /* The partitions meeting [from, hash_hi], in hash order. */
-    const partition_desc *parts;
-    size_t n;
-    if (router_table_partitions(req->router, c->table_id, &parts, &n, &err) < 0)
-        goto fail;
-    c->parts = arena_zalloc(req->arena, (n ? n : 1) * sizeof *c->parts);
-    if (c->parts == NULL) {
-        strata_err_set(&err, ERR_NOMEM, "out of memory");
-        goto fail;
-    }
-    for (size_t i = 0; i < n; i++)
-        if (parts[i].hash_hi >= from && parts[i].hash_lo <= c->rr.hash_hi)
-            c->parts[c->nparts++] = parts[i].id;
-    if (c->nparts == 0) {
-        finish(c);
-        return;
-    }
+    /* The partitions meeting [from, hash_hi], in hash order, one after the other. */
+    c->pos = from;
+    c->seg_hi = c->rr.hash_hi;
     read_next(c);
     return;
 fail:

@@ -986,9 +986,10 @@ static int write_snap_point(group *g, const raft_host_snapshot *sp, raft_storage
     return 0;
 }
 
-static int compact_at(group *g, uint64_t index, strata_err *err);
+static int compact_at(group *g, uint64_t index, unsigned trailing, strata_err *err);
 
-static int compact_in(raft_host *h, uint64_t group_id, uint64_t index, strata_err *err)
+static int compact_in(raft_host *h, uint64_t group_id, uint64_t index, unsigned trailing,
+                      strata_err *err)
 {
     group *g = find_group(h, group_id);
     if (g == NULL)
@@ -1012,14 +1013,13 @@ static int compact_in(raft_host *h, uint64_t group_id, uint64_t index, strata_er
         index = g->raft.last_stored;
     if (index <= g->snap_index || log_at(g, index) == NULL)
         return 0;
-    return compact_at(g, index, err);
+    return compact_at(g, index, trailing, err);
 }
 
 /* Records the compaction point `index` (in the log, above the last point): the core
- * forgets the same entries as the host (it keeps `trailing` below the point). */
-static int compact_at(group *g, uint64_t index, strata_err *err)
+ * forgets the same entries as the host (both keep `trailing` below the point). */
+static int compact_at(group *g, uint64_t index, unsigned trailing, strata_err *err)
 {
-    raft_host *h = g->h;
     log_entry *le = log_at(g, index);
     uint64_t conf_index;
     const uint8_t *cb;
@@ -1040,7 +1040,6 @@ static int compact_at(group *g, uint64_t index, strata_err *err)
         return strata_err_set(err, ERR_NOMEM, "compaction");
     }
     memcpy(conf, cb, clen);
-    unsigned trailing = h->cfg.snapshot_trailing;
     uint64_t keep_from = index > trailing ? index - trailing + 1 : 1;
     ev.type = RAFT_SNAPSHOT;
     ev.snapshot.metadata.index = index;
@@ -1877,7 +1876,15 @@ int raft_host_group_info(const raft_host *h, uint64_t group_id, raft_host_group_
 int raft_host_compact(raft_host *h, uint64_t group_id, uint64_t index, strata_err *err)
 {
     h->depth++;
-    int rc = compact_in(h, group_id, index, err);
+    int rc = compact_in(h, group_id, index, h->cfg.snapshot_trailing, err);
+    h->depth--;
+    return rc;
+}
+
+int raft_host_compact_all(raft_host *h, uint64_t group_id, uint64_t index, strata_err *err)
+{
+    h->depth++;
+    int rc = compact_in(h, group_id, index, 0, err);
     h->depth--;
     return rc;
 }

@@ -305,6 +305,11 @@ void raft_host_apply_resume(raft_host *h, uint64_t group);
  * it is refused (ERR_VALIDATION).
  */
 int raft_host_compact(raft_host *h, uint64_t group, uint64_t index, strata_err *err);
+/* The same, keeping no entry below the point: every follower that lacks an entry up to
+ * `index` gets the snapshot point (a copy). A partition created by a split uses it early
+ * (above index 1: a follower lacking entry 1 is sent entries from 1, not the snapshot),
+ * because its log alone does not rebuild its state (the parent's log did). */
+int raft_host_compact_all(raft_host *h, uint64_t group, uint64_t index, strata_err *err);
 
 /* Completes an fsm.install() copy (see raft_host_fsm). Returns -1 with ERR_NOT_FOUND for a
  * token the host does not wait for (stale, group stopped). Storage and the core are

@@ -27,7 +27,8 @@ typedef struct {
     const char *command;
     const char *subcommand;
     bool all;            /* cluster status: also ask every other node for its replicas */
-    const char *node_id; /* node drain|remove|activate ID */
+    const char *node_id; /* node drain|remove|activate ID; partition split ID */
+    const char *hash;    /* partition split ID [HASH] */
     const char *table;   /* table stats NAME */
 } cli_args;
 
@@ -50,6 +51,10 @@ static void usage(FILE *f)
                "                          it by itself)\n"
                "  table stats NAME        consumed capacity, throttle events and hot keys of a\n"
                "                          table, per partition, summed over the nodes\n"
+               "  partition split ID [HASH]\n"
+               "                          split partition ID of the cluster map: the new\n"
+               "                          partition gets [HASH, end] (16 hex digits; default:\n"
+               "                          the upper half of its range); prints the child's id\n"
                "\n"
                "The endpoint defaults to $STRATA_ENDPOINT, else " DEFAULT_ENDPOINT ".\n"
                "Exit codes: 0 ok, 1 unhealthy (or cluster not ready), 2 unreachable,\n"
@@ -82,6 +87,7 @@ static int parse_args(int argc, char **argv, cli_args *args, FILE *errout)
     args->all = false;
     args->node_id = NULL;
     args->table = NULL;
+    args->hash = NULL;
     for (int i = 1; i < argc; i++) {
         const char *v;
         if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
@@ -105,12 +111,16 @@ static int parse_args(int argc, char **argv, cli_args *args, FILE *errout)
             args->command = argv[i];
         } else if (args->subcommand == NULL &&
                    (strcmp(args->command, "cluster") == 0 || strcmp(args->command, "node") == 0 ||
-                    strcmp(args->command, "leader") == 0 || strcmp(args->command, "table") == 0)) {
+                    strcmp(args->command, "leader") == 0 || strcmp(args->command, "table") == 0 ||
+                    strcmp(args->command, "partition") == 0)) {
             args->subcommand = argv[i];
         } else if (args->table == NULL && strcmp(args->command, "table") == 0) {
             args->table = argv[i];
-        } else if (args->node_id == NULL && strcmp(args->command, "node") == 0) {
+        } else if (args->node_id == NULL && (strcmp(args->command, "node") == 0 ||
+                                             strcmp(args->command, "partition") == 0)) {
             args->node_id = argv[i];
+        } else if (args->hash == NULL && strcmp(args->command, "partition") == 0) {
+            args->hash = argv[i];
         } else {
             fprintf(errout, "strata: unexpected argument %s\n", argv[i]);
             return -1;
@@ -364,6 +374,49 @@ static int cmd_node(const cli_args *args, FILE *out, FILE *errout)
     return code;
 }
 
+/* partition split ID [HASH]: POST /admin/split {"partition": ID[, "hash": HASH]}. */
+static int cmd_partition(const cli_args *args, FILE *out, FILE *errout)
+{
+    char *end = NULL;
+    unsigned long long id = args->node_id ? strtoull(args->node_id, &end, 10) : 0;
+    size_t hl = args->hash ? strlen(args->hash) : 0;
+    bool hex_ok = args->hash == NULL || (hl > 0 && hl <= 16 && strspn(args->hash,
+                                                                       "0123456789abcdefABCDEF") == hl);
+    if (args->subcommand == NULL || strcmp(args->subcommand, "split") != 0 || id == 0 ||
+        *end != '\0' || !hex_ok) {
+        fprintf(errout, "strata: partition needs split, a partition id and maybe a hash (hex)\n");
+        usage(errout);
+        return CLI_EXIT_USAGE;
+    }
+    cli_endpoint ep;
+    strata_err err;
+    if (endpoint_parse(args->endpoint, &ep, &err) != 0) {
+        fprintf(errout, "strata: %s\n", err.msg);
+        return CLI_EXIT_USAGE;
+    }
+    char body[128];
+    int n = args->hash ? snprintf(body, sizeof body, "{\"partition\":%llu,\"hash\":\"%s\"}", id,
+                                  args->hash)
+                       : snprintf(body, sizeof body, "{\"partition\":%llu}", id);
+    http_header h = {.name = "Content-Type", .value = "application/x-amz-json-1.0"};
+    cli_response r;
+    if (cli_http_request(&ep, "POST", "/admin/split", &h, 1, body, (size_t)n, args->timeout_ms, &r,
+                         &err) != 0) {
+        fprintf(errout, "unreachable: %s: %s\n", args->endpoint, err.msg);
+        return CLI_EXIT_UNREACHABLE;
+    }
+    int code = CLI_EXIT_OK;
+    if (r.status != 200) {
+        fprintf(errout, "strata: partition split %llu: HTTP %d: %.*s\n", id, r.status,
+                BODY_ECHO_MAX, r.body);
+        code = CLI_EXIT_UNHEALTHY;
+    } else {
+        fprintf(out, "%.*s\n", BODY_ECHO_MAX, r.body);
+    }
+    cli_response_free(&r);
+    return code;
+}
+
 int strata_cli_main(int argc, char **argv, FILE *out, FILE *errout)
 {
     cli_args args;
@@ -383,6 +436,8 @@ int strata_cli_main(int argc, char **argv, FILE *out, FILE *errout)
         return cmd_health(&args, out, errout);
     if (strcmp(args.command, "cluster") == 0)
         return cmd_cluster(&args, out, errout);
+    if (strcmp(args.command, "partition") == 0)
+        return cmd_partition(&args, out, errout);
     if (strcmp(args.command, "node") == 0)
         return cmd_node(&args, out, errout);
     if (strcmp(args.command, "leader") == 0)

@@ -1,0 +1,356 @@
+#!/usr/bin/python3
+"""Partition splits on real stratad processes (issue #7, "Splits", the mechanism).
+
+Usage: split.py STRATAD [STRATA]
+ 1. Three nodes (az1..az3) form a cluster; a table of 4 partitions gets 600 items.
+ 2. While writers run through every node, every partition is split (POST /admin/split):
+    clients see no error (boto3 with its standard retries), the map shows 8 partitions,
+    each with a leader, and every node serves the 8 ranges locally.
+ 3. Every acknowledged write reads back (strong and eventual reads, through different
+    nodes); a Query of each key returns it once; a 4-segment Scan (small pages) returns
+    every item exactly once; the replicas of every partition agree (digests).
+ 4. All nodes restart: the same checks hold.
+ 5. A child is split again under load (with `strata partition split` when STRATA is
+    given): the same checks hold. DescribeTable's ItemCount counts every item throughout.
+ 6. A fourth node (az1) joins: the scheduler moves replicas of parents and children to it
+    (a replica joining a child gets a copy: the child's log alone does not rebuild it, so
+    the child's log is compacted whole early); the same checks hold on all four nodes.
+Every wait polls a condition with a deadline.
+"""
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import boto3
+import botocore.config
+
+TABLE = "splits"
+DEADLINE_S = 120
+
+
+def log(*a):
+    print(*a, flush=True)
+
+
+def free_ports(n):
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def poll(cond, what, deadline_s=DEADLINE_S, interval=0.2):
+    end = time.time() + deadline_s
+    while time.time() < end:
+        v = cond()
+        if v:
+            return v
+        time.sleep(interval)
+    raise AssertionError("timed out waiting for: " + what)
+
+
+class Node:
+    def __init__(self, work, nid, az, cport, pport, seed_pport):
+        self.id, self.az, self.cport, self.pport = nid, az, cport, pport
+        self.url = "http://127.0.0.1:%d" % cport
+        self.dir = os.path.join(work, "n%d" % nid)
+        os.makedirs(self.dir)
+        self.log = os.path.join(self.dir, "log")
+        self.seed = seed_pport
+        self.proc = None
+
+    def start(self, stratad):
+        cmd = [stratad, "--node-id", str(self.id), "--az", self.az, "--host-label",
+               "h%d" % self.id, "--listen", "127.0.0.1:%d" % self.cport, "--peer-listen",
+               "127.0.0.1:%d" % self.pport, "--data-dir", os.path.join(self.dir, "data"),
+               "--initial-partitions", "4"]
+        cmd += ["--bootstrap"] if self.id == 1 else ["--join", "127.0.0.1:%d" % self.seed]
+        with open(self.log, "a") as f:
+            self.proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL)
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        rc = self.proc.wait(timeout=60)
+        assert rc == 0, "node %d exited with %d (see %s)" % (self.id, rc, self.log)
+
+    def admin(self, path="/admin/cluster", body=None):
+        try:
+            data = json.dumps(body).encode() if body is not None else None
+            req = urllib.request.Request(self.url + path, data=data, headers={
+                "Content-Type": "application/x-amz-json-1.0"})
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return json.load(r)
+        except urllib.error.HTTPError as e:
+            return {"http_error": e.code, "body": e.read().decode(errors="replace")}
+        except (OSError, ValueError):
+            return None
+
+
+def client(url):
+    return boto3.client("dynamodb", endpoint_url=url, region_name="us-east-1",
+                        aws_access_key_id="x", aws_secret_access_key="x",
+                        config=botocore.config.Config(retries={"max_attempts": 10,
+                                                               "mode": "standard"}))
+
+
+def table_parts(node):
+    a = node.admin()
+    return [p for p in (a or {}).get("partitions", []) if p["table"] == TABLE]
+
+
+def settled(nodes, n):
+    """n partitions with a leader in every node's map, each served locally with the
+    map's range on every node (3 nodes: every node holds every partition)."""
+    for node in nodes:
+        parts = table_parts(node)
+        if len(parts) != n or not all(p["leader"] for p in parts):
+            return False
+        if not all("local" in p and p["local"]["state"] in ("leader", "follower") for p in parts):
+            return False
+    return True
+
+
+def digests_agree(nodes):
+    seen = {}
+    for n in nodes:
+        d = n.admin("/admin/digests")
+        if d is None:
+            return False
+        for rep in d["replicas"]:
+            if not rep["complete"]:
+                return False
+            seen.setdefault(rep["partition"], set()).add((rep["applied_index"], rep["digest"]))
+    return bool(seen) and all(len(v) == 1 for v in seen.values())
+
+
+def scan_all(c, consistent=False):
+    keys = []
+    for seg in range(4):
+        kw = {"TableName": TABLE, "Segment": seg, "TotalSegments": 4, "Limit": 97,
+              "ConsistentRead": consistent}
+        while True:
+            r = c.scan(**kw)
+            keys += [it["pk"]["S"] for it in r["Items"]]
+            if "LastEvaluatedKey" not in r:
+                break
+            kw["ExclusiveStartKey"] = r["LastEvaluatedKey"]
+    return keys
+
+
+def check_all(nodes, acked, what):
+    strong, eventual = client(nodes[2].url), client(nodes[1].url)
+    lost = [k for k, v in acked.items()
+            if strong.get_item(TableName=TABLE, Key={"pk": {"S": k}},
+                               ConsistentRead=True).get("Item", {}).get("v", {}).get("S") != v]
+    assert not lost, "%s: %d acknowledged writes lost (strong), e.g. %s" % (what, len(lost),
+                                                                            lost[:5])
+
+    def eventual_ok():
+        return all(eventual.get_item(TableName=TABLE, Key={"pk": {"S": k}})
+                   .get("Item", {}).get("v", {}).get("S") == v for k, v in acked.items())
+    poll(eventual_ok, what + ": eventual reads see every acknowledged write", 60, 1)
+    q = client(nodes[0].url)
+    for k in list(acked)[::7]:
+        r = q.query(TableName=TABLE, KeyConditionExpression="pk = :k",
+                    ExpressionAttributeValues={":k": {"S": k}})
+        assert r["Count"] == 1 and r["Items"][0]["v"]["S"] == acked[k], (what, k, r)
+    keys = scan_all(client(nodes[0].url))
+    dup = len(keys) - len(set(keys))
+    assert dup == 0, "%s: scan returned %d duplicates" % (what, dup)
+    assert set(keys) == set(acked), "%s: scan missed %d, extra %d" % (
+        what, len(set(acked) - set(keys)), len(set(keys) - set(acked)))
+    poll(lambda: digests_agree(nodes), what + ": replicas agree (digests)", 60, 0.5)
+    if len(nodes) == 3:  # ItemCount counts the node's own replicas: all of them with 3 nodes
+        poll(lambda: all(client(n.url).describe_table(TableName=TABLE)["Table"]["ItemCount"] ==
+                         len(acked) for n in nodes), what + ": ItemCount on every node", 30, 0.5)
+    log("%s: %d items: strong/eventual reads, queries, 4-segment scan and digests agree"
+        % (what, len(acked)))
+
+
+class Load:
+    """Writers through every node, a strong reader and a strongly consistent scanner;
+    every error is recorded (there must be none): a read that misses a write
+    acknowledged before it started, a scan that misses one or returns an item twice."""
+
+    def __init__(self, nodes, acked, tag):
+        self.stop, self.errors, self.lock = False, [], threading.Lock()
+        self.acked = acked
+        self.clients = [client(n.url) for n in nodes]
+        self.reads = self.scans = 0
+        self.ts = [threading.Thread(target=self.writer, args=(w, tag)) for w in range(4)]
+        self.ts.append(threading.Thread(target=self.reader))
+        self.ts.append(threading.Thread(target=self.scanner))
+        for t in self.ts:
+            t.start()
+
+    def reader(self):
+        i = 0
+        while not self.stop:
+            with self.lock:
+                k, v = list(self.acked.items())[(i * 7919) % len(self.acked)]
+            i += 1
+            try:
+                got = self.clients[i % len(self.clients)].get_item(
+                    TableName=TABLE, Key={"pk": {"S": k}}, ConsistentRead=True)
+                if got.get("Item", {}).get("v", {}).get("S") != v:
+                    with self.lock:
+                        self.errors.append("strong read of %s: %s" % (k, got.get("Item")))
+                self.reads += 1
+            except Exception as e:
+                with self.lock:
+                    self.errors.append(repr(e)[:300])
+
+    def scanner(self):
+        i = 0
+        while not self.stop:
+            with self.lock:
+                before = set(self.acked)
+            i += 1
+            try:
+                keys = scan_all(self.clients[i % len(self.clients)], consistent=True)
+                missed = before - set(keys)
+                if missed or len(keys) != len(set(keys)):
+                    with self.lock:
+                        self.errors.append("scan: %d missed, %d duplicates" %
+                                           (len(missed), len(keys) - len(set(keys))))
+                self.scans += 1
+            except Exception as e:
+                with self.lock:
+                    self.errors.append(repr(e)[:300])
+
+    def writer(self, w, tag):
+        i = 0
+        while not self.stop:
+            k, v = "%s%d-%d" % (tag, w, i), str(i)
+            i += 1
+            try:
+                self.clients[w % len(self.clients)].put_item(
+                    TableName=TABLE, Item={"pk": {"S": k}, "v": {"S": v}})
+                with self.lock:
+                    self.acked[k] = v
+            except Exception as e:
+                with self.lock:
+                    self.errors.append(repr(e)[:300])
+
+    def end(self):
+        self.stop = True
+        for t in self.ts:
+            t.join()
+        assert not self.errors, "client errors during splits: %s" % self.errors[:5]
+
+
+def split(node, pid):
+    r = node.admin("/admin/split", {"partition": pid})
+    assert r is not None and "child" in r, "split of %d refused: %s" % (pid, r)
+    return r["child"]
+
+
+def main():
+    stratad = os.path.abspath(sys.argv[1])
+    cli = os.path.abspath(sys.argv[2]) if len(sys.argv) > 2 else None
+    work = tempfile.mkdtemp(prefix="strata-split-")
+    ports = free_ports(8)
+    nodes = [Node(work, i + 1, "az%d" % (i % 3 + 1), ports[2 * i], ports[2 * i + 1], ports[1])
+             for i in range(4)]
+    fourth = nodes.pop()
+    ok = False
+    try:
+        for n in nodes:
+            n.start(stratad)
+        poll(lambda: all((n.admin() or {}).get("ready") for n in nodes), "3 nodes ready")
+        c = client(nodes[0].url)
+        c.create_table(TableName=TABLE, BillingMode="PAY_PER_REQUEST",
+                       AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+                       KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}])
+        poll(lambda: settled(nodes, 4), "4 partitions led and served everywhere")
+        acked = {}
+        for b in range(0, 600, 25):
+            client(nodes[b // 25 % 3].url).batch_write_item(RequestItems={TABLE: [
+                {"PutRequest": {"Item": {"pk": {"S": "p%04d" % i}, "v": {"S": "v%d" % i}}}}
+                for i in range(b, b + 25)]})
+        acked.update({"p%04d" % i: "v%d" % i for i in range(600)})
+
+        load = Load(nodes, acked, "a")
+        poll(lambda: len(acked) > 700, "writes flowing before the splits")
+        t0 = time.time()
+        parents = [p["id"] for p in table_parts(nodes[0])]
+        children = [split(nodes[i % 3], pid) for i, pid in enumerate(parents)]
+        poll(lambda: settled(nodes, 8), "8 partitions led and served everywhere")
+        split_s = time.time() - t0
+        before = len(acked)
+        poll(lambda: len(acked) > before + 100, "writes keep flowing after the splits")
+        load.end()
+        log("split: 4 partitions -> 8 under load in %.1f s; %d writes acknowledged, %d strong "
+            "reads, %d consistent 4-segment scans during the run, 0 client errors"
+            % (split_s, len(acked), load.reads, load.scans))
+        check_all(nodes, acked, "after the splits")
+
+        for n in nodes:
+            n.stop()
+        for n in nodes:
+            n.start(stratad)
+        poll(lambda: all((n.admin() or {}).get("ready") for n in nodes), "3 nodes ready again")
+        poll(lambda: settled(nodes, 8), "8 partitions led after the restart")
+        check_all(nodes, acked, "after restarting every node")
+
+        load = Load(nodes, acked, "b")
+        poll(lambda: len(acked) > before + 300, "writes flowing before the second split")
+        t0 = time.time()
+        if cli is not None:
+            r = subprocess.run([cli, "--endpoint", nodes[1].url, "partition", "split",
+                                str(children[0])], capture_output=True, text=True, timeout=60)
+            assert r.returncode == 0, "strata partition split: %s %s" % (r.stdout, r.stderr)
+            grandchild = json.loads(r.stdout)["child"]
+        else:
+            grandchild = split(nodes[1], children[0])
+        poll(lambda: settled(nodes, 9), "9 partitions led and served everywhere")
+        split2_s = time.time() - t0
+        before = len(acked)
+        poll(lambda: len(acked) > before + 100, "writes keep flowing after the second split")
+        load.end()
+        log("split of child %d (-> %d) under load in %.1f s, 0 client errors"
+            % (children[0], grandchild, split2_s))
+        check_all(nodes, acked, "after splitting a child")
+        t0 = time.time()
+        fourth.start(stratad)
+        nodes.append(fourth)
+
+        def moved():
+            a = nodes[0].admin() or {}
+            reps = {n["id"]: n["replicas"] for n in a.get("nodes", [])}
+            parts = [p for p in a.get("partitions", []) if p["table"] == TABLE]
+            return (reps.get(4, 0) >= 4 and abs(reps.get(1, 0) - reps.get(4, 0)) <= 1 and
+                    all(len(p["members"]) == 3 for p in parts))
+        poll(moved, "replicas spread to node 4 (children among them)", 120)
+        log("join: node 4 received %d replicas (children among them, by copy) in %.1f s"
+            % ((nodes[0].admin() or {"nodes": []})["nodes"][3]["replicas"], time.time() - t0))
+        check_all(nodes, acked, "after moving replicas to a new node")
+        ok = True
+        log("PASS")
+    finally:
+        for n in nodes:
+            if n.proc is not None and n.proc.poll() is None:
+                n.proc.kill()
+                n.proc.wait()
+        if ok:
+            shutil.rmtree(work, ignore_errors=True)
+        else:
+            log("logs kept in", work)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
