@@ -254,7 +254,11 @@ static int print_cluster(const cli_args *args, const char *body, FILE *out, FILE
 }
 
 /* leader rebalance: POST /admin/rebalance-leaders {}. */
-static int cmd_rebalance(const cli_args *args, FILE *out, FILE *errout)
+/* POSTs a JSON body to an operators' endpoint (/admin/...). CLI_EXIT_OK with *r filled
+ * (any HTTP status: the caller reads it and frees *r), or the exit code of a bad endpoint
+ * or an unreachable node, reported on errout. */
+static int admin_post(const cli_args *args, const char *path, const char *body, size_t len,
+                      cli_response *r, FILE *errout)
 {
     cli_endpoint ep;
     strata_err err;
@@ -263,13 +267,19 @@ static int cmd_rebalance(const cli_args *args, FILE *out, FILE *errout)
         return CLI_EXIT_USAGE;
     }
     http_header h = {.name = "Content-Type", .value = "application/x-amz-json-1.0"};
-    cli_response r;
-    if (cli_http_request(&ep, "POST", "/admin/rebalance-leaders", &h, 1, "{}", 2, args->timeout_ms,
-                         &r, &err) != 0) {
+    if (cli_http_request(&ep, "POST", path, &h, 1, body, len, args->timeout_ms, r, &err) != 0) {
         fprintf(errout, "unreachable: %s: %s\n", args->endpoint, err.msg);
         return CLI_EXIT_UNREACHABLE;
     }
-    int code = CLI_EXIT_OK;
+    return CLI_EXIT_OK;
+}
+
+static int cmd_rebalance(const cli_args *args, FILE *out, FILE *errout)
+{
+    cli_response r;
+    int code = admin_post(args, "/admin/rebalance-leaders", "{}", 2, &r, errout);
+    if (code != CLI_EXIT_OK)
+        return code;
     const char *moved = r.status == 200 ? strstr(r.body, "\"moved\":") : NULL;
     if (moved == NULL) {
         fprintf(errout, "strata: leader rebalance: HTTP %d: %.*s\n", r.status, BODY_ECHO_MAX,
@@ -347,22 +357,12 @@ static int cmd_node(const cli_args *args, FILE *out, FILE *errout)
         usage(errout);
         return CLI_EXIT_USAGE;
     }
-    cli_endpoint ep;
-    strata_err err;
-    if (endpoint_parse(args->endpoint, &ep, &err) != 0) {
-        fprintf(errout, "strata: %s\n", err.msg);
-        return CLI_EXIT_USAGE;
-    }
     char body[128];
     int n = snprintf(body, sizeof body, "{\"node\":%llu,\"state\":\"%s\"}", id, state);
-    http_header h = {.name = "Content-Type", .value = "application/x-amz-json-1.0"};
     cli_response r;
-    if (cli_http_request(&ep, "POST", "/admin/node-state", &h, 1, body, (size_t)n, args->timeout_ms,
-                         &r, &err) != 0) {
-        fprintf(errout, "unreachable: %s: %s\n", args->endpoint, err.msg);
-        return CLI_EXIT_UNREACHABLE;
-    }
-    int code = CLI_EXIT_OK;
+    int code = admin_post(args, "/admin/node-state", body, (size_t)n, &r, errout);
+    if (code != CLI_EXIT_OK)
+        return code;
     if (r.status != 200) {
         fprintf(errout, "strata: node %s %llu: HTTP %d: %.*s\n", args->subcommand, id, r.status,
                 BODY_ECHO_MAX, r.body);
@@ -380,32 +380,22 @@ static int cmd_partition(const cli_args *args, FILE *out, FILE *errout)
     char *end = NULL;
     unsigned long long id = args->node_id ? strtoull(args->node_id, &end, 10) : 0;
     size_t hl = args->hash ? strlen(args->hash) : 0;
-    bool hex_ok = args->hash == NULL || (hl > 0 && hl <= 16 && strspn(args->hash,
-                                                                       "0123456789abcdefABCDEF") == hl);
+    bool hex_ok = args->hash == NULL ||
+                  (hl > 0 && hl <= 16 && strspn(args->hash, "0123456789abcdefABCDEF") == hl);
     if (args->subcommand == NULL || strcmp(args->subcommand, "split") != 0 || id == 0 ||
         *end != '\0' || !hex_ok) {
         fprintf(errout, "strata: partition needs split, a partition id and maybe a hash (hex)\n");
         usage(errout);
         return CLI_EXIT_USAGE;
     }
-    cli_endpoint ep;
-    strata_err err;
-    if (endpoint_parse(args->endpoint, &ep, &err) != 0) {
-        fprintf(errout, "strata: %s\n", err.msg);
-        return CLI_EXIT_USAGE;
-    }
     char body[128];
     int n = args->hash ? snprintf(body, sizeof body, "{\"partition\":%llu,\"hash\":\"%s\"}", id,
                                   args->hash)
                        : snprintf(body, sizeof body, "{\"partition\":%llu}", id);
-    http_header h = {.name = "Content-Type", .value = "application/x-amz-json-1.0"};
     cli_response r;
-    if (cli_http_request(&ep, "POST", "/admin/split", &h, 1, body, (size_t)n, args->timeout_ms, &r,
-                         &err) != 0) {
-        fprintf(errout, "unreachable: %s: %s\n", args->endpoint, err.msg);
-        return CLI_EXIT_UNREACHABLE;
-    }
-    int code = CLI_EXIT_OK;
+    int code = admin_post(args, "/admin/split", body, (size_t)n, &r, errout);
+    if (code != CLI_EXIT_OK)
+        return code;
     if (r.status != 200) {
         fprintf(errout, "strata: partition split %llu: HTTP %d: %.*s\n", id, r.status,
                 BODY_ECHO_MAX, r.body);
