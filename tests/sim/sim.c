@@ -46,6 +46,46 @@
  *            caught-up voter (raft_host_transfer_ready) most of the time, to anyone the
  *            rest (refused, or a lagging target the core waits for), during the faults,
  *            the writes and (with --moves) the configuration changes.
+ *   splits:  (--splits) partition splits as stratad makes them (cluster/router_cluster.c,
+ *            cluster/split.h), during the faults and (with --moves) the replica moves. 16
+ *            keys have 64-bit hashes; each group serves a hash range, the initial groups
+ *            tile the space. Writes carry their key's hash; a replica whose range no longer
+ *            holds it answers MOVED without applying it, and the client (which routes by the
+ *            ranges it knows, refreshed from the "map" only on a MOVED) sends the same write
+ *            to the owner; strong reads check the range after their barrier, as stratad.
+ *            Every 60-300 ms until the faults end, the leader of a random group whose
+ *            committed configuration is its voters only (no learner, not being moved)
+ *            proposes a SPLIT entry carrying a new child id, the split hash (the range's
+ *            middle, or a key's hash so that key moves) and its configuration; sometimes its
+ *            last proposal again (same child and hash: the second copy is a no-op); children
+ *            split too, up to MAX_GROUPS groups. Applying the entry at index i (if the range
+ *            still holds the hash, else it is a no-op) answers RAFT_HOST_APPLY_BUSY, then
+ *            1-20 ms later (stratad: the range records' write and the flush) in one durable
+ *            step: the parent's state up to i with its range shrunk to [lo, split-1], and, on
+ *            a node the entry lists, the child's record (its members) and its state: the
+ *            parent's state at i filtered to [split, hi]. The child group then starts with
+ *            exactly the listed voters, and the parent resumes (the entry, applied again, is
+ *            a no-op). A restart starts the child again from its record. A child's log is
+ *            compacted whole (raft_host_compact_all) once it applied past index 2 after a
+ *            flush. The "map" (the first replica to complete a split records the ranges)
+ *            gives a listed node that never applied the entry (its parent was copied past
+ *            it, or removed and dropped by a move) the child, which it joins with the map's
+ *            range once no local replica overlaps it, as stratad's start_replica does.
+ *            stratad as it is fails here (see --as-stratad): such a joiner, and a replica a
+ *            move adds to a child, is sent the child's log from index 1 whenever the leader
+ *            has not compacted it whole yet (a child without writes may never be), and
+ *            rebuilds the child on EMPTY data; and stratad compacts a child at the host's
+ *            applied index (which counts barrier entries) while a restart starts it at the
+ *            engine's durable index (commands only): "the state machine is at 1 but the
+ *            log starts at 3". The sim models a fix by default: (a) a child is compacted at
+ *            its durable (command) index, and a child's leader submits a no-op command so
+ *            a child without writes passes index 1 too; (b) a joiner waits until every
+ *            replica made by the SPLIT has compacted the child whole durably (so any leader
+ *            sends it a copy) - moves of a child wait for the same; (c) while no replica
+ *            applied anything past the child's first entry, a listed node that missed the
+ *            SPLIT copies the child's first state from a node that made it and starts the
+ *            child as the SPLIT would have (else a child whose makers are no quorum never
+ *            gets a leader, so never gets compacted, and (b) waits forever).
  *
  * Checks (any failure prints the seed and the last events):
  *   1. at most one leader per term per group (sampled after every event);
@@ -64,8 +104,21 @@
  *      exactly the set of nodes holding a replica (checks 3 and 4 run over those).
  *   7. (--transfers) every started transfer's callback fires exactly once, and a transfer
  *      reported done (ERR_NONE) left its old leader not leading.
- * `--inject stale-read|lying-disk|bad-copy` plants a bug (reads without a barrier, an
- * fsync that lies, an engine snapshot missing its last write) that the checks must catch.
+ *   8. (--splits) writes: every replica applies write w to key k as the same version of k
+ *      (a per-key history, global), so a child that did not start from its parent's state,
+ *      or a replica that missed a write, is caught at its next write to the key; no write
+ *      is applied at two versions (a MOVED write is re-sent and applied once); strong
+ *      reads return a version >= that of every write acknowledged, and every read
+ *      completed, before they began, and the history's write at that version; at the end
+ *      every acknowledged write is in the history, every replica of a key's owner holds
+ *      the whole history of the key and no replica holds a key outside its range, every
+ *      replica of a group has the same range, and the ranges of all groups tile the hash
+ *      space (no gap, no overlap). Check 2 compares commands (also MOVED ones and SPLIT
+ *      entries), check 4 also the ranges and key versions.
+ * `--inject stale-read|lying-disk|bad-copy|split-no-flush` plants a bug (reads without a
+ * barrier, an fsync that lies, an engine snapshot missing its last write, a child started
+ * from the parent's last durable state instead of its state at the split: no flush) that
+ * the checks must catch.
  */
 #include <inttypes.h>
 #include <stdarg.h>
@@ -78,8 +131,9 @@
 #include "cluster/raft/raft_host.h"
 
 #define MAX_NODES     6 /* 5 voters + 1 spare with --moves */
-#define MAX_GROUPS    3
-#define NKEYS         4
+#define INIT_GROUPS   3  /* groups at start: 1..3 */
+#define MAX_GROUPS    16 /* --splits: children take ids up to this bound */
+#define NKEYS         16 /* bound; 4 keys without --splits, 16 spread over the hash space with */
 #define FAULT_END_MS  3000
 #define CLIENT_END_MS 4000
 #define SIM_END_MS    6000
@@ -89,13 +143,20 @@
 #define COPY_ATTEMPTS 5
 #define COMPACT_GAP   12   /* compact once the durable index is this far past the last point */
 #define MOVE_END_MS   4000 /* --moves: no move starts after this (running ones finish) */
+#define MAX_HOPS      8    /* --splits: a client op follows at most this many MOVED answers */
+#define WRITE_LEN     17   /* --splits write: u8 key | u64 write id | u64 key hash */
+#define SPLIT_MARK    (1ull << 62) /* check 2's record of a SPLIT entry: mark | child id */
+#define NOP_KEY       0xFF         /* a write command with this key changes nothing */
+#define NOP_MARK      (1ull << 61) /* check 2's record of a no-op */
 
 /* Deliberate bugs for `--inject`: each must make the checks fail on some seed. */
-enum { INJECT_NONE, INJECT_STALE_READ, INJECT_LYING_DISK, INJECT_BAD_COPY };
+enum { INJECT_NONE, INJECT_STALE_READ, INJECT_LYING_DISK, INJECT_BAD_COPY, INJECT_SPLIT_NO_FLUSH };
 static int g_inject;
 static bool g_wild_net;
 static bool g_moves;
 static bool g_transfers;
+static bool g_splits;
+static bool g_as_stratad;
 
 /* ---- PRNG: splitmix64 seeding xoshiro256** ---- */
 
@@ -155,7 +216,10 @@ enum {
     EV_COPY_CHUNK,
     EV_COPY_TIMEOUT,
     EV_MOVE,
-    EV_TRANSFER
+    EV_TRANSFER,
+    EV_SPLIT,   /* --splits: a SPLIT entry's records are durable on a node: finish it */
+    EV_PROPOSE, /* --splits: a leader proposes a split */
+    EV_RESEND   /* --splits: a client sends an op again after a MOVED answer */
 };
 
 typedef struct {
@@ -220,14 +284,28 @@ typedef struct dop {
 
 /* ---- nodes, clients ---- */
 
+/* A SPLIT entry (--splits): 'S' | u64 child | u64 split hash | u8 n | (u8 node, u8 voter)*n.
+ * The members are the parent's configuration as the proposing leader saw it. */
+typedef struct {
+    uint64_t child, hash;
+    int n;
+    uint8_t node[MAX_NODES + 2];
+    bool voter[MAX_NODES + 2];
+} split_entry;
+
 typedef struct {
     uint64_t *wid; /* applied write id by index (0: not a command) */
     size_t cap;
     uint64_t applied; /* last applied index */
     uint64_t kv_wid[NKEYS];
     uint64_t kv_idx[NKEYS];
+    uint64_t kv_ver[NKEYS]; /* --splits: writes applied to the key (its history's length) */
+    uint64_t lo, hi;        /* --splits: the hash range served as of `applied` */
     uint64_t busy_index;  /* the index refused with RAFT_HOST_APPLY_BUSY, until resumed */
     uint64_t retry_index; /* after the resume: the next apply must be this index */
+    uint64_t split_index; /* --splits: a SPLIT entry being made durable (busy until EV_SPLIT) */
+    uint64_t split_gen;
+    split_entry split;
 } fsm_group;
 
 struct sim;
@@ -247,6 +325,10 @@ typedef struct {
     bool installing[MAX_GROUPS]; /* an out-of-band copy is under way */
     bool hosted[MAX_GROUPS];     /* the node has a replica of the group (--moves changes it) */
     bool joined[MAX_GROUPS];     /* that replica was added by a move: restart with join_group */
+    /* --splits: the child's durable record (the members its SPLIT carried), written with
+     * the parent's state at the split: a restart starts the child again from it. */
+    bool child[MAX_GROUPS];
+    split_entry rec[MAX_GROUPS];
 } node;
 
 /* --moves: one replica move at a time. Each step is read off the leader's configuration,
@@ -294,7 +376,23 @@ typedef struct {
     bool ok;
     uint64_t idx;      /* write: acknowledged index; read: index of the write returned */
     uint64_t read_wid; /* read: write id returned */
+    /* --splits */
+    size_t id;      /* in sim.ops */
+    uint64_t hash;  /* the key's hash */
+    uint64_t ver;   /* write: the key version it became; read: the version returned */
+    uint64_t min_ver;
+    int hops;       /* MOVED answers followed */
 } cop;
+
+/* --splits: a group's range as the "map" knows it (recorded by the first replica that
+ * completes the split creating it), and the client's (possibly stale) copy. */
+typedef struct {
+    bool created;
+    bool child; /* made by a split */
+    uint64_t lo, hi;
+    uint64_t born_hi; /* a child: its range's end when the split made it */
+    uint64_t pend_child, pend_hash; /* the last split proposed for it (re-proposed at times) */
+} range_rec;
 
 typedef struct sim {
     uint64_t seed;
@@ -334,10 +432,26 @@ typedef struct sim {
     mover mv;
     bool transfers;
     uint64_t transfers_pending; /* started, callback not fired yet */
+    /* --splits */
+    bool splits;
+    bool as_stratad; /* model stratad as it is (see the header), not the fixes */
+    int nkeys;
+    uint64_t key_hash[NKEYS];
+    range_rec map[MAX_GROUPS];
+    range_rec client_map[MAX_GROUPS];
+    bool owed[MAX_NODES + 1][MAX_GROUPS]; /* listed in the SPLIT, child not started there yet */
+    uint64_t *hist[NKEYS]; /* the key's write history: hist[k][v] = write id of version v */
+    size_t hist_cap[NKEYS];
+    uint64_t hist_n[NKEYS];
+    uint64_t *wid_at; /* write id -> key << 40 | version where it was applied */
+    size_t wid_at_cap;
+    uint64_t acked_max_ver[NKEYS], read_max_ver[NKEYS];
+    uint64_t split_seq; /* tells EV_SPLIT events of earlier SPLITs apart */
     /* stats */
     uint64_t events, msgs, acked, reads_ok, crashes, busy, snap_points, compactions, installs,
         install_failures, chunks, moves_done, changes, self_removals, transfers_started,
-        transfers_done, transfers_failed, transfers_refused;
+        transfers_done, transfers_failed, transfers_refused, splits_proposed, splits_done,
+        split_applies, moved, rejoins, compact_alls, seeded;
 } sim;
 
 static void fail(sim *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -689,20 +803,136 @@ static void ck_arm(void *ctx, uint64_t deadline)
 
 /* ---- state machine: key := write id ---- */
 
+static bool in_range(const fsm_group *f, uint64_t h)
+{
+    return f->lo <= h && h <= f->hi;
+}
+
+static void fsm_copy(fsm_group *dst, const fsm_group *src);
+static void fsm_free(fsm_group *f);
+
+/* Check 2: every replica applies the same command (write id, or SPLIT_MARK | child) at
+ * each index of a group. */
+static void record_index(sim *s, node *nd, uint64_t group, uint64_t index, uint64_t id)
+{
+    fsm_group *f = &nd->fsm[group];
+    f->applied = index;
+    grow_u64(&f->wid, &f->cap, index);
+    f->wid[index] = id;
+    grow_u64(&s->global_wid[group], &s->global_cap[group], index);
+    if (s->global_wid[group][index] == 0)
+        s->global_wid[group][index] = id;
+    else if (s->global_wid[group][index] != id)
+        fail(s,
+             "group %" PRIu64 " index %" PRIu64 ": node %d applied command %" PRIx64
+             ", another replica applied %" PRIx64,
+             group, index, nd->id, id, s->global_wid[group][index]);
+}
+
+/* Check 8: write `wid` becomes version `ver` of `key`, the same on every replica, and a
+ * write is applied at one version only. */
+static void record_version(sim *s, node *nd, uint64_t group, int key, uint64_t ver, uint64_t wid)
+{
+    grow_u64(&s->hist[key], &s->hist_cap[key], ver);
+    uint64_t *h = &s->hist[key][ver];
+    if (*h == 0)
+        *h = wid;
+    else if (*h != wid)
+        fail(s,
+             "key %d version %" PRIu64 ": node %d group %" PRIu64 " applied write %" PRIu64
+             ", the history has write %" PRIu64 " (a replica's state lacks writes)",
+             key, ver, nd->id, group, wid, *h);
+    if (ver > s->hist_n[key])
+        s->hist_n[key] = ver;
+    grow_u64(&s->wid_at, &s->wid_at_cap, wid);
+    uint64_t at = (uint64_t)key << 40 | ver;
+    if (s->wid_at[wid] == 0)
+        s->wid_at[wid] = at;
+    else if (s->wid_at[wid] != at)
+        fail(s,
+             "write %" PRIu64 " applied twice: as key %d version %" PRIu64
+             " (node %d group %" PRIu64
+             "), and as key %" PRIu64 " version %" PRIu64,
+             wid, key, ver, nd->id, group, s->wid_at[wid] >> 40,
+             s->wid_at[wid] & (uint64_t)0xFFFFFFFFFF);
+}
+
+static size_t split_encode(const split_entry *e, uint8_t *b, size_t cap)
+{
+    size_t len = 18 + 2 * (size_t)e->n;
+    if (len > cap)
+        return 0;
+    b[0] = 'S';
+    memcpy(b + 1, &e->child, 8);
+    memcpy(b + 9, &e->hash, 8);
+    b[17] = (uint8_t)e->n;
+    for (int i = 0; i < e->n; i++) {
+        b[18 + 2 * i] = e->node[i];
+        b[19 + 2 * i] = e->voter[i];
+    }
+    return len;
+}
+
+static bool split_decode(const uint8_t *b, size_t len, split_entry *e)
+{
+    if (len < 18 || b[0] != 'S' || b[17] == 0 || b[17] > MAX_NODES + 2 ||
+        len != 18 + 2 * (size_t)b[17])
+        return false;
+    memset(e, 0, sizeof *e);
+    memcpy(&e->child, b + 1, 8);
+    memcpy(&e->hash, b + 9, 8);
+    e->n = b[17];
+    for (int i = 0; i < e->n; i++) {
+        e->node[i] = b[18 + 2 * i];
+        e->voter[i] = b[19 + 2 * i] != 0;
+    }
+    return e->child > 0 && e->child < MAX_GROUPS;
+}
+
+/* A SPLIT entry: if the range still holds the split hash, the replica makes its records
+ * durable first (EV_SPLIT, like stratad's range records and flush) and refuses the entry
+ * until then; once the range has shrunk, the entry is a no-op (also when a restart or a
+ * joined replica replays it). */
+static int apply_split(sim *s, node *nd, uint64_t group, uint64_t index, const uint8_t *cmd,
+                       size_t len)
+{
+    fsm_group *f = &nd->fsm[group];
+    split_entry e;
+    if (!split_decode(cmd, len, &e)) {
+        fail(s, "node %d group %" PRIu64 " index %" PRIu64 ": bad SPLIT entry", nd->id, group,
+             index);
+        return 0;
+    }
+    if (!(f->lo < e.hash && e.hash <= f->hi)) {
+        record_index(s, nd, group, index, SPLIT_MARK | e.child);
+        return 0;
+    }
+    f->busy_index = index;
+    f->split_index = index;
+    f->split = e;
+    f->split_gen = ++s->split_seq;
+    s->split_applies++;
+    push(s, (event){.time = s->now + 1 + rnd(&s->rng, 20),
+                    .type = EV_SPLIT,
+                    .node = nd->id,
+                    .group = group,
+                    .gen = nd->incarnation,
+                    .a = f->split_gen});
+    return RAFT_HOST_APPLY_BUSY;
+}
+
 static int fsm_apply(void *ctx, uint64_t group, uint64_t index, const void *cmd, size_t len,
                      void **result, size_t *result_len)
 {
     node *nd = ctx;
     sim *s = nd->sim;
     fsm_group *f = &nd->fsm[group];
-    if (len != 9) {
+    const uint8_t *c = cmd;
+    bool is_split = s->splits && len > WRITE_LEN && c[0] == 'S';
+    if (len != (s->splits ? WRITE_LEN : 9) && !is_split) {
         fail(s, "node %d group %" PRIu64 ": bad command length %zu", nd->id, group, len);
         return 0;
     }
-    const uint8_t *c = cmd;
-    int key = c[0];
-    uint64_t wid;
-    memcpy(&wid, c + 1, 8);
     if (index <= f->applied)
         fail(s, "node %d group %" PRIu64 ": applied %" PRIu64 " after %" PRIu64, nd->id, group,
              index, f->applied);
@@ -728,26 +958,42 @@ static int fsm_apply(void *ctx, uint64_t group, uint64_t index, const void *cmd,
                         .gen = nd->incarnation});
         return RAFT_HOST_APPLY_BUSY;
     }
-    f->applied = index;
-    grow_u64(&f->wid, &f->cap, index);
-    f->wid[index] = wid;
-    /* Every replica must apply the same command at the same index. */
-    grow_u64(&s->global_wid[group], &s->global_cap[group], index);
-    if (s->global_wid[group][index] == 0)
-        s->global_wid[group][index] = wid;
-    else if (s->global_wid[group][index] != wid)
-        fail(s,
-             "group %" PRIu64 " index %" PRIu64 ": node %d applied write %" PRIu64
-             ", another replica applied %" PRIu64,
-             group, index, nd->id, wid, s->global_wid[group][index]);
-    uint64_t *prev = malloc(8);
-    if (prev != NULL) {
-        *prev = f->kv_wid[key % NKEYS];
-        *result = prev;
-        *result_len = 8;
+    if (is_split)
+        return apply_split(s, nd, group, index, c, len);
+    if (s->splits && c[0] == NOP_KEY) {
+        record_index(s, nd, group, index, NOP_MARK);
+        return 0;
     }
-    f->kv_wid[key % NKEYS] = wid;
-    f->kv_idx[key % NKEYS] = index;
+    int key = c[0] % NKEYS;
+    uint64_t wid, hash = 0;
+    memcpy(&wid, c + 1, 8);
+    if (s->splits)
+        memcpy(&hash, c + 9, 8);
+    record_index(s, nd, group, index, wid);
+    if (s->splits && !in_range(f, hash)) {
+        /* Not applied: the key moved to a child; the client sends it there. */
+        uint8_t *m = malloc(2);
+        if (m != NULL) {
+            m[0] = 0xFF;
+            m[1] = 'M';
+            *result = m;
+            *result_len = 2;
+        }
+        return 0;
+    }
+    uint64_t *res = malloc(16); /* the previous write id, and the key's new version */
+    if (s->splits) {
+        f->kv_ver[key]++;
+        record_version(s, nd, group, key, f->kv_ver[key], wid);
+    }
+    if (res != NULL) {
+        res[0] = f->kv_wid[key];
+        res[1] = f->kv_ver[key];
+        *result = res;
+        *result_len = 16;
+    }
+    f->kv_wid[key] = wid;
+    f->kv_idx[key] = index;
     return 0;
 }
 
@@ -767,6 +1013,7 @@ static void fsm_copy(fsm_group *dst, const fsm_group *src)
     dst->wid = NULL;
     dst->cap = 0;
     dst->busy_index = dst->retry_index = 0;
+    dst->split_index = 0; /* a SPLIT in progress is the live replica's, not its state's */
     if (src->wid != NULL) {
         dst->wid = xcalloc(src->cap, sizeof *dst->wid);
         memcpy(dst->wid, src->wid, src->cap * sizeof *dst->wid);
@@ -812,6 +1059,7 @@ static int fsm_install(void *ctx, uint64_t group, uint64_t index, uint64_t term,
     sim *s = nd->sim;
     /* The engine's back-pressure state is moot: the snapshot supersedes the refused entry. */
     nd->fsm[group].busy_index = nd->fsm[group].retry_index = 0;
+    nd->fsm[group].split_index = 0; /* the copy holds whatever a pending SPLIT would make */
     nd->installing[group] = true;
     if (from < 1 || from > (uint64_t)s->nnodes || from == (uint64_t)nd->id || chance(&s->rng, 50))
         return -1; /* cannot start (sometimes on purpose): the host retries */
@@ -919,6 +1167,9 @@ static void copy_receive(sim *s, node *nd, copy_session *c, uint64_t chunk)
     r->applied = c->snap.applied; /* the last chunk carries the key/value heads too */
     memcpy(r->kv_wid, c->snap.kv_wid, sizeof r->kv_wid);
     memcpy(r->kv_idx, c->snap.kv_idx, sizeof r->kv_idx);
+    memcpy(r->kv_ver, c->snap.kv_ver, sizeof r->kv_ver);
+    r->lo = c->snap.lo; /* the range as of the copy: a split applied at the source shrank it */
+    r->hi = c->snap.hi;
     copy_finish(s, nd, c);
 }
 
@@ -938,18 +1189,34 @@ static void copy_timeout(sim *s, node *nd, copy_session *c, uint64_t gen)
 }
 
 /* The engine makes its state durable now and then; the log below it may then go. */
+static void reconcile_children(sim *s, node *nd);
+static void child_nop(sim *s, node *nd, int c);
+
 static void flush(sim *s)
 {
     for (int i = 1; i <= s->nnodes; i++) {
         node *nd = &s->nodes[i];
         for (int g = 0; nd->up && g < s->ngroups; g++) {
-            if (!chance(&s->rng, 500))
+            if (!chance(&s->rng, 500) || !nd->hosted[g])
                 continue;
             fsm_copy(&nd->dur[g], &nd->fsm[g]);
             raft_host_group_stats st;
             strata_err err;
-            if (raft_host_group_info(nd->host, (uint64_t)g, &st, NULL) != 0 ||
-                nd->dur[g].applied < st.snapshot_index + COMPACT_GAP)
+            if (raft_host_group_info(nd->host, (uint64_t)g, &st, NULL) != 0)
+                continue;
+            /* A child's log does not rebuild its state (the parent's log did): stratad
+             * compacts it whole once it applied past index 2 and flushed, so a replica
+             * joining later gets a copy (snapshots_tick). */
+            uint64_t at = s->as_stratad ? st.applied_index : nd->dur[g].applied;
+            if (nd->child[g] && st.snapshot_index < 2 && at >= 2 && !st.installing) {
+                s->compact_alls++;
+                if (raft_host_compact_all(nd->host, (uint64_t)g, at, &err) != 0 &&
+                    err.code != ERR_UNAVAILABLE)
+                    fail(s, "node %d group %d: compact_all at %" PRIu64 ": %s", i, g,
+                         nd->dur[g].applied, err.msg);
+                continue;
+            }
+            if (nd->dur[g].applied < st.snapshot_index + COMPACT_GAP)
                 continue;
             s->compactions++;
             if (raft_host_compact(nd->host, (uint64_t)g, nd->dur[g].applied, &err) != 0 &&
@@ -957,10 +1224,34 @@ static void flush(sim *s)
                 fail(s, "node %d group %d: compact at %" PRIu64 ": %s", i, g, nd->dur[g].applied,
                      err.msg);
         }
+        if (s->splits && nd->up)
+            reconcile_children(s, nd);
+        for (int g = 0; s->splits && nd->up && g < s->ngroups; g++)
+            child_nop(s, nd, g);
     }
 }
 
 /* ---- nodes ---- */
+
+/* Starts a child created by a SPLIT on this node, from its record: with the listed voters
+ * (identically on every listed node), or joining if the entry listed this node as a
+ * learner. Its state holds the parent's data as of the child's first entry (stratad:
+ * applied is at least 1). */
+static int start_child(node *nd, int g, strata_err *err)
+{
+    const split_entry *r = &nd->rec[g];
+    uint64_t voters[MAX_NODES + 2];
+    size_t nv = 0;
+    bool self_voter = false;
+    for (int k = 0; k < r->n; k++)
+        if (r->voter[k]) {
+            voters[nv++] = r->node[k];
+            self_voter = self_voter || r->node[k] == nd->id;
+        }
+    uint64_t applied = nd->fsm[g].applied ? nd->fsm[g].applied : 1;
+    return self_voter ? raft_host_start_group(nd->host, (uint64_t)g, voters, nv, applied, err)
+                      : raft_host_join_group(nd->host, (uint64_t)g, applied, err);
+}
 
 static void node_start(sim *s, node *nd)
 {
@@ -994,7 +1285,9 @@ static void node_start(sim *s, node *nd)
         int rc = 0;
         if (!nd->hosted[g])
             continue;
-        if (nd->joined[g])
+        if (nd->child[g])
+            rc = start_child(nd, g, &err);
+        else if (nd->joined[g])
             rc = raft_host_join_group(nd->host, (uint64_t)g, nd->fsm[g].applied, &err);
         else
             rc = raft_host_start_group(nd->host, (uint64_t)g, members, (size_t)s->nvoters,
@@ -1035,6 +1328,52 @@ static void node_crash(sim *s, node *nd)
 
 /* ---- clients ---- */
 
+/* --splits: the group the client believes owns hash h (its copy of the map). */
+static int route(sim *s, uint64_t h)
+{
+    for (int g = 0; g < s->ngroups; g++)
+        if (s->client_map[g].created && s->client_map[g].lo <= h && h <= s->client_map[g].hi)
+            return g;
+    return 0;
+}
+
+static bool is_moved(const raft_host_outcome *o)
+{
+    const uint8_t *r = o->result;
+    return o->result_len == 2 && r[0] == 0xFF && r[1] == 'M';
+}
+
+/* A MOVED answer: the client refreshes its map and sends the op again (a little later:
+ * a round trip), to the group that owns the key now. */
+static void op_moved(sim *s, cop *p)
+{
+    s->moved++;
+    if (++p->hops > MAX_HOPS) {
+        p->done = true;
+        return;
+    }
+    memcpy(s->client_map, s->map, sizeof s->client_map);
+    push(s, (event){.time = s->now + 1 + rnd(&s->rng, 3), .type = EV_RESEND, .a = p->id});
+}
+
+static void split_read_done(sim *s, cop *p, const fsm_group *f)
+{
+    s->reads_ok++;
+    int k = p->key;
+    p->read_wid = f->kv_wid[k];
+    p->ver = f->kv_ver[k];
+    if (p->ver < p->min_ver)
+        fail(s,
+             "stale read on node %d group %d key %d: version %" PRIu64 " (write %" PRIu64
+             "), but version %" PRIu64 " was acknowledged/read before the read began",
+             p->node, p->group, k, p->ver, p->read_wid, p->min_ver);
+    else if (p->ver > s->hist_n[k] || (p->ver > 0 && s->hist[k][p->ver] != p->read_wid))
+        fail(s, "read on node %d group %d key %d: write %" PRIu64 " as version %" PRIu64
+             ", not in the key's history", p->node, p->group, k, p->read_wid, p->ver);
+    if (p->ver > s->read_max_ver[k])
+        s->read_max_ver[k] = p->ver;
+}
+
 static void op_done(void *data, const raft_host_outcome *o)
 {
     cop *p = data;
@@ -1044,19 +1383,45 @@ static void op_done(void *data, const raft_host_outcome *o)
         s->leader_hint[p->group] = o->leader_hint;
     if (o->code != ERR_NONE)
         return;
-    p->ok = true;
     node *nd = &s->nodes[p->node];
     fsm_group *f = &nd->fsm[p->group];
     if (!p->is_read) {
-        p->idx = o->index;
-        s->acked++;
         if (o->index > f->applied || f->wid[o->index] != p->wid)
             fail(s, "write %" PRIu64 " acknowledged at index %" PRIu64 " but not applied there",
                  p->wid, o->index);
+        if (s->splits && is_moved(o)) {
+            p->done = false;
+            op_moved(s, p);
+            return;
+        }
+        p->ok = true;
+        p->idx = o->index;
+        s->acked++;
         if (o->index > s->acked_max_idx[p->group][p->key])
             s->acked_max_idx[p->group][p->key] = o->index;
+        if (s->splits) {
+            if (o->result_len == 16)
+                memcpy(&p->ver, (const uint8_t *)o->result + 8, 8);
+            if (p->ver == 0 || p->ver > s->hist_n[p->key] || s->hist[p->key][p->ver] != p->wid)
+                fail(s, "write %" PRIu64 " acknowledged as version %" PRIu64 " of key %d, not in "
+                     "the key's history", p->wid, p->ver, p->key);
+            if (p->ver > s->acked_max_ver[p->key])
+                s->acked_max_ver[p->key] = p->ver;
+        }
         return;
     }
+    if (s->splits) {
+        /* stratad checks the range after the barrier: a split moved the key away. */
+        if (!in_range(f, p->hash)) {
+            p->done = false;
+            op_moved(s, p);
+            return;
+        }
+        p->ok = true;
+        split_read_done(s, p, f);
+        return;
+    }
+    p->ok = true;
     s->reads_ok++;
     p->read_wid = f->kv_wid[p->key];
     p->idx = f->kv_idx[p->key];
@@ -1067,6 +1432,42 @@ static void op_done(void *data, const raft_host_outcome *o)
              p->node, p->group, p->key, p->idx, p->read_wid, p->min_idx);
     if (p->idx > s->read_max_idx[p->group][p->key])
         s->read_max_idx[p->group][p->key] = p->idx;
+}
+
+/* Sends op p (again, after a MOVED) to the node believed to lead its group, or a random
+ * one. A refusal (not the leader) ends it: the client does not retry those. */
+static void op_send(sim *s, cop *p)
+{
+    uint64_t hint = s->leader_hint[p->group];
+    p->node =
+        hint != 0 && chance(&s->rng, 800) ? (int)hint : 1 + (int)rnd(&s->rng, (uint64_t)s->nnodes);
+    node *nd = &s->nodes[p->node];
+    if (!nd->up) {
+        p->done = true;
+        return;
+    }
+    strata_err err;
+    int rc;
+    if (p->is_read) {
+        if (s->inject == INJECT_STALE_READ) {
+            raft_host_outcome o = {.code = ERR_NONE};
+            op_done(p, &o); /* no barrier: the local state may be stale */
+            return;
+        }
+        rc = raft_host_read_barrier(nd->host, (uint64_t)p->group, op_done, p, &err);
+    } else {
+        uint8_t cmd[WRITE_LEN];
+        cmd[0] = (uint8_t)p->key;
+        memcpy(cmd + 1, &p->wid, 8);
+        memcpy(cmd + 9, &p->hash, 8);
+        rc = raft_host_submit(nd->host, (uint64_t)p->group, cmd, s->splits ? WRITE_LEN : 9,
+                              op_done, p, &err);
+    }
+    if (rc != 0) {
+        p->done = true;
+        uint64_t l = raft_host_leader(nd->host, (uint64_t)p->group);
+        s->leader_hint[p->group] = l;
+    }
 }
 
 static void client_op(sim *s)
@@ -1080,43 +1481,36 @@ static void client_op(sim *s)
         free(s->ops);
         s->ops = n;
     }
+    p->id = s->nops;
     s->ops[s->nops++] = p;
     p->sim = s;
-    p->group = (int)rnd(&s->rng, (uint64_t)s->ngroups);
-    p->key = (int)rnd(&s->rng, NKEYS);
+    if (s->splits) {
+        p->key = (int)rnd(&s->rng, (uint64_t)s->nkeys);
+        p->hash = s->key_hash[p->key];
+        p->group = route(s, p->hash);
+    } else {
+        p->group = (int)rnd(&s->rng, (uint64_t)s->ngroups);
+        p->key = (int)rnd(&s->rng, (uint64_t)s->nkeys);
+    }
     p->is_read = chance(&s->rng, 400);
     p->start = s->now;
-    uint64_t hint = s->leader_hint[p->group];
-    p->node =
-        hint != 0 && chance(&s->rng, 800) ? (int)hint : 1 + (int)rnd(&s->rng, (uint64_t)s->nnodes);
-    node *nd = &s->nodes[p->node];
-    if (!nd->up) {
-        p->done = true;
-        return;
-    }
-    strata_err err;
-    int rc;
     if (p->is_read) {
         uint64_t a = s->acked_max_idx[p->group][p->key], b = s->read_max_idx[p->group][p->key];
         p->min_idx = a > b ? a : b;
-        if (s->inject == INJECT_STALE_READ) {
-            raft_host_outcome o = {.code = ERR_NONE};
-            op_done(p, &o); /* no barrier: the local state may be stale */
-            return;
-        }
-        rc = raft_host_read_barrier(nd->host, (uint64_t)p->group, op_done, p, &err);
+        a = s->acked_max_ver[p->key];
+        b = s->read_max_ver[p->key];
+        p->min_ver = a > b ? a : b;
     } else {
-        uint8_t cmd[9];
         p->wid = ++s->next_wid;
-        cmd[0] = (uint8_t)p->key;
-        memcpy(cmd + 1, &p->wid, 8);
-        rc = raft_host_submit(nd->host, (uint64_t)p->group, cmd, sizeof cmd, op_done, p, &err);
     }
-    if (rc != 0) {
-        p->done = true;
-        uint64_t l = raft_host_leader(nd->host, (uint64_t)p->group);
-        s->leader_hint[p->group] = l;
-    }
+    op_send(s, p);
+}
+
+/* EV_RESEND: a MOVED op goes to the owner the client knows now. */
+static void op_resend(sim *s, cop *p)
+{
+    p->group = route(s, p->hash);
+    op_send(s, p);
 }
 
 /* ---- faults ---- */
@@ -1207,6 +1601,25 @@ static void drop_replica(sim *s, node *nd, int g)
             s->sess[k].active = false;
     nd->hosted[g] = false;
     nd->joined[g] = false;
+    nd->child[g] = false; /* stratad forgets the range record too */
+}
+
+static bool local_overlap(sim *s, node *nd, int c);
+static bool child_sealed(sim *s, int c);
+
+/* --splits: a group missing a replica - a listed node that has not started the child, or a
+ * joined one that has no state yet (it cannot vote until a leader sends it a copy) - is
+ * not moved (a scheduler repairs a group before it moves it). Moving it anyway can leave
+ * it leaderless for good: with one voter missing, promoting the learner makes a quorum of
+ * all the others, and if the leader is lost before the learner learns of its promotion,
+ * nobody left can win an election (seen with seeds 841 and 906 of --splits --moves). */
+static bool group_incomplete(sim *s, int g)
+{
+    for (int i = 1; i <= s->nnodes; i++)
+        if (s->owed[i][g] || (s->nodes[i].hosted[g] && s->nodes[i].joined[g] &&
+                              s->nodes[i].fsm[g].applied == 0))
+            return true;
+    return false;
 }
 
 static void move_done_cb(void *data, const raft_host_outcome *o)
@@ -1239,11 +1652,14 @@ static void move_start(sim *s)
     mover *mv = &s->mv;
     int g = (int)rnd(&s->rng, (uint64_t)s->ngroups);
     int spare[MAX_NODES], nspare = 0, held[MAX_NODES], nheld = 0;
+    if (s->splits && (!s->map[g].created || !child_sealed(s, g) || group_incomplete(s, g)))
+        return;
     for (int i = 1; i <= s->nnodes; i++) {
         if (s->nodes[i].hosted[g])
             held[nheld++] = i;
-        else
-            spare[nspare++] = i;
+        else if (!s->owed[i][g] && !(s->splits && local_overlap(s, &s->nodes[i], g)))
+            spare[nspare++] = i; /* (owed: it gets the child from its SPLIT or the map; an
+                                    overlapping local replica: stratad waits for it) */
     }
     if (nspare == 0 || nheld == 0)
         return;
@@ -1254,6 +1670,8 @@ static void move_start(sim *s)
     node *to = &s->nodes[mv->to];
     to->hosted[g] = true;
     to->joined[g] = true;
+    to->fsm[g].lo = to->dur[g].lo = s->map[g].lo; /* stratad: the map's range */
+    to->fsm[g].hi = to->dur[g].hi = s->map[g].hi;
     strata_err err;
     if (to->up && raft_host_join_group(to->host, (uint64_t)g, to->fsm[g].applied, &err) != 0)
         fail(s, "node %d group %d: join: %s", mv->to, g, err.msg);
@@ -1332,6 +1750,238 @@ static void move_step(sim *s)
     }
 }
 
+/* ---- splits (--splits) ---- */
+
+static void split_proposed(void *data, const raft_host_outcome *o)
+{
+    (void)data;
+    (void)o;
+}
+
+/* dst := the part of src in [lo, hi]: the keys there keep their values and versions, the
+ * others are forgotten (the state is filtered by range). */
+static void filter_state(sim *s, fsm_group *f, uint64_t lo, uint64_t hi)
+{
+    f->lo = lo;
+    f->hi = hi;
+    for (int k = 0; k < s->nkeys; k++)
+        if (!in_range(f, s->key_hash[k]))
+            f->kv_wid[k] = f->kv_idx[k] = f->kv_ver[k] = 0;
+}
+
+/* EV_SPLIT: the SPLIT entry at f->split_index is durable on nd (stratad: split_write's
+ * range records and the flush, then split_finish). In one durable step the parent's
+ * state up to the entry with its range shrunk, and (on a node the entry lists) the
+ * child's record and state; then the child starts and the parent resumes. */
+static void split_finish(sim *s, node *nd, int g, uint64_t gen)
+{
+    fsm_group *f = &nd->fsm[g];
+    if (f->split_index == 0 || f->split_gen != gen || f->busy_index != f->split_index)
+        return; /* superseded: a copy (install) or a restart came first */
+    const split_entry e = f->split;
+    uint64_t i = f->split_index;
+    int c = (int)e.child;
+    /* The child starts from the parent's state at the split. The planted bug starts it
+     * from what the engine last made durable (no flush first). */
+    fsm_group child = {0};
+    fsm_copy(&child, s->inject == INJECT_SPLIT_NO_FLUSH ? &nd->dur[g] : f);
+    filter_state(s, &child, e.hash, f->hi);
+    free(child.wid);
+    child.wid = NULL;
+    child.cap = 0;
+    child.applied = 1; /* the child's own log: its configuration at index 1 */
+    grow_u64(&child.wid, &child.cap, 1);
+    range_rec *m = &s->map[c];
+    if (!m->created) {
+        /* The first replica to complete it records it in the "map". */
+        *m = (range_rec){
+            .created = true, .child = true, .lo = e.hash, .hi = f->hi, .born_hi = f->hi};
+        if (s->map[g].hi >= e.hash) /* (a later split of g may have been recorded first) */
+            s->map[g].hi = e.hash - 1;
+        s->splits_done++;
+        for (int k = 0; k < e.n; k++)
+            s->owed[e.node[k]][c] = true;
+    } else if (m->lo != e.hash || m->born_hi != f->hi) {
+        fail(s,
+             "node %d group %d index %" PRIu64 ": child %d gets [%016" PRIx64 ", %016" PRIx64
+             "], another replica made [%016" PRIx64 ", %016" PRIx64 "]",
+             nd->id, g, i, c, e.hash, f->hi, m->lo, m->born_hi);
+    }
+    filter_state(s, f, f->lo, e.hash - 1);
+    if (s->inject != INJECT_SPLIT_NO_FLUSH) {
+        record_index(s, nd, (uint64_t)g, i, SPLIT_MARK | e.child); /* durable at i */
+        fsm_copy(&nd->dur[g], f);
+        f->applied = i - 1; /* live: the host applies the entry again on resume (a no-op) */
+    }
+    bool listed = false;
+    for (int k = 0; k < e.n; k++)
+        listed = listed || e.node[k] == nd->id;
+    if (listed && !nd->hosted[c]) {
+        nd->rec[c] = e;
+        nd->child[c] = true;
+        nd->hosted[c] = true;
+        nd->joined[c] = false;
+        s->owed[nd->id][c] = false;
+        fsm_copy(&nd->fsm[c], &child);
+        fsm_copy(&nd->dur[c], &child);
+        strata_err err;
+        if (start_child(nd, c, &err) != 0)
+            fail(s, "node %d: child %d: start: %s", nd->id, c, err.msg);
+    }
+    fsm_free(&child);
+    f->split_index = 0;
+    f->retry_index = f->busy_index;
+    f->busy_index = 0;
+    raft_host_apply_resume(nd->host, (uint64_t)g);
+}
+
+/* True when a replica on nd other than group c serves part of c's range (as of its
+ * applied state): a parent that has not applied the SPLIT yet creates the child itself. */
+static bool local_overlap(sim *s, node *nd, int c)
+{
+    for (int g = 0; g < s->ngroups; g++)
+        if (g != c && nd->hosted[g] && nd->fsm[g].lo <= s->map[c].hi &&
+            s->map[c].lo <= nd->fsm[g].hi)
+            return true;
+    return false;
+}
+
+/* The fix modeled for the flaw the sim found (see the header): a replica that starts a
+ * child without its parent's data (joined: from the map, or a move) waits until no
+ * replica that may lead the child still holds the child's entry 1 - every replica made by
+ * the SPLIT has compacted the child's log whole, durably - so whoever leads sends it a
+ * copy, never the log from index 1 (which would rebuild the child on empty data). Raft's
+ * election rule covers the listed nodes that have not applied the SPLIT yet: with their
+ * log at index 1 they cannot win against the committed entries above it. */
+static bool child_sealed(sim *s, int c)
+{
+    if (s->as_stratad || !s->map[c].child)
+        return true;
+    for (int i = 1; i <= s->nnodes; i++) {
+        const dgroup *d = &s->nodes[i].disk[c];
+        if (s->nodes[i].child[c] && (!d->has || d->snap_index < 2 || d->start <= 2))
+            return false;
+    }
+    return true;
+}
+
+/* The other half of the fix: a child that gets no write would never pass index 1, so
+ * never be compacted whole; its leader submits a no-op command. */
+static void child_nop(sim *s, node *nd, int c)
+{
+    const fsm_group *f = &nd->fsm[c];
+    if (s->as_stratad || !nd->child[c] || f->applied >= 2 ||
+        !raft_host_is_leader(nd->host, (uint64_t)c))
+        return;
+    uint8_t cmd[WRITE_LEN] = {NOP_KEY};
+    raft_host_submit(nd->host, (uint64_t)c, cmd, sizeof cmd, split_proposed, s, NULL);
+}
+
+/* The fix's third part: while no replica of the child applied anything past its first
+ * entry, a listed node that missed the SPLIT copies the child's first state (the parent's
+ * data at the split) from a node that made it, and starts the child exactly as the SPLIT
+ * would have (so a child whose makers alone are no quorum still gets one). Returns false
+ * when there is no such source (now). */
+static bool child_seed(sim *s, node *nd, int c)
+{
+    for (int i = 1; i <= s->nnodes; i++) {
+        node *src = &s->nodes[i];
+        if (!src->up || !src->child[c] || src->fsm[c].applied != 1 || src->installing[c] ||
+            s->link_down[nd->id][i] || s->link_down[i][nd->id])
+            continue;
+        nd->rec[c] = src->rec[c];
+        nd->child[c] = true;
+        nd->hosted[c] = true;
+        nd->joined[c] = false;
+        s->owed[nd->id][c] = false;
+        fsm_copy(&nd->fsm[c], &src->fsm[c]); /* durable before the child starts */
+        fsm_copy(&nd->dur[c], &src->fsm[c]);
+        s->seeded++;
+        strata_err err;
+        if (start_child(nd, c, &err) != 0)
+            fail(s, "node %d: child %d: start: %s", nd->id, c, err.msg);
+        return true;
+    }
+    return false;
+}
+
+/* stratad's reconcile (start_replica): a node the map gives a child, listed in its SPLIT
+ * but which never applied it (its parent was copied past it, or removed and dropped),
+ * joins the child empty, with the map's range, once no local replica overlaps it (with the
+ * fix: seeded while the child is at its first state, else once the child is sealed). */
+static void reconcile_children(sim *s, node *nd)
+{
+    for (int c = 0; c < s->ngroups; c++) {
+        if (!s->owed[nd->id][c] || nd->hosted[c] || !s->map[c].created || local_overlap(s, nd, c))
+            continue;
+        if (!s->as_stratad && child_seed(s, nd, c))
+            continue;
+        if (!child_sealed(s, c))
+            continue;
+        s->owed[nd->id][c] = false;
+        nd->hosted[c] = true;
+        nd->joined[c] = true;
+        fsm_free(&nd->fsm[c]);
+        fsm_free(&nd->dur[c]);
+        nd->fsm[c].lo = nd->dur[c].lo = s->map[c].lo;
+        nd->fsm[c].hi = nd->dur[c].hi = s->map[c].hi;
+        s->rejoins++;
+        strata_err err;
+        if (raft_host_join_group(nd->host, (uint64_t)c, 0, &err) != 0)
+            fail(s, "node %d group %d: join: %s", nd->id, c, err.msg);
+    }
+}
+
+
+/* EV_PROPOSE: the leader of a random group carries a split into its log with the
+ * configuration it sees (stratad: follow_map_splits), as a new child or, at times, the
+ * last proposal again. */
+static void split_propose(sim *s)
+{
+    int g = (int)rnd(&s->rng, (uint64_t)s->ngroups);
+    int l = group_leader(s, g);
+    if (!s->map[g].created || l == 0 || (s->mv.phase != MV_IDLE && s->mv.group == g))
+        return;
+    node *nd = &s->nodes[l];
+    const fsm_group *f = &nd->fsm[g];
+    raft_host_member m[MAX_NODES + 2];
+    size_t n = 0;
+    bool unc = true;
+    if (f->split_index != 0 || f->lo >= f->hi ||
+        raft_host_configuration(nd->host, (uint64_t)g, m, MAX_NODES + 2, &n, &unc, NULL) != 0 ||
+        unc || n != (size_t)s->nvoters)
+        return;
+    for (size_t k = 0; k < n; k++)
+        if (!m[k].voter)
+            return;
+    split_entry e = {.n = (int)n};
+    for (size_t k = 0; k < n; k++) {
+        e.node[k] = (uint8_t)m[k].id;
+        e.voter[k] = true;
+    }
+    range_rec *r = &s->map[g];
+    if (r->pend_child != 0 && !s->map[r->pend_child].created && chance(&s->rng, 300)) {
+        e.child = r->pend_child;
+        e.hash = r->pend_hash;
+    } else {
+        if (s->ngroups >= MAX_GROUPS)
+            return;
+        /* The middle of the range, or a key's hash (that key moves to the child). */
+        uint64_t k = rnd(&s->rng, (uint64_t)s->nkeys);
+        e.hash = f->lo + (f->hi - f->lo) / 2 + 1;
+        if (chance(&s->rng, 500) && f->lo < s->key_hash[k] && s->key_hash[k] <= f->hi)
+            e.hash = s->key_hash[k];
+        e.child = (uint64_t)s->ngroups++;
+        r->pend_child = e.child;
+        r->pend_hash = e.hash;
+    }
+    uint8_t cmd[64];
+    size_t len = split_encode(&e, cmd, sizeof cmd);
+    strata_err err;
+    if (len > 0 && raft_host_submit(nd->host, (uint64_t)g, cmd, len, split_proposed, s, &err) == 0)
+        s->splits_proposed++;
+}
+
 /* ---- checks ---- */
 
 static void check_leaders(sim *s)
@@ -1371,7 +2021,72 @@ static void check_leaders(sim *s)
 
 static uint64_t digest(const fsm_group *f)
 {
-    return f->applied ? XXH3_64bits(f->wid, (f->applied + 1) * sizeof *f->wid) : 0;
+    uint64_t d = f->applied ? XXH3_64bits(f->wid, (f->applied + 1) * sizeof *f->wid) : 0;
+    /* --splits: the range and the keys' heads too (a child's log alone says little). */
+    uint64_t st[2 + 2 * NKEYS] = {f->lo, f->hi};
+    memcpy(st + 2, f->kv_wid, sizeof f->kv_wid);
+    memcpy(st + 2 + NKEYS, f->kv_ver, sizeof f->kv_ver);
+    return d ^ XXH3_64bits(st, sizeof st);
+}
+
+/* Check 8 at the end: ranges tile the hash space and every replica has its group's; the
+ * owner of each key holds its whole history, nobody else holds it; acknowledged writes and
+ * returned reads are in the history. */
+static void final_split_checks(sim *s)
+{
+    int order[MAX_GROUPS], n = 0;
+    for (int g = 0; g < s->ngroups; g++)
+        if (s->map[g].created)
+            order[n++] = g;
+    for (int a = 1; a < n; a++) /* by range start */
+        for (int b = a; b > 0 && s->map[order[b]].lo < s->map[order[b - 1]].lo; b--) {
+            int t = order[b];
+            order[b] = order[b - 1];
+            order[b - 1] = t;
+        }
+    uint64_t next = 0;
+    for (int a = 0; a < n && !s->failed; a++) {
+        const range_rec *r = &s->map[order[a]];
+        if (r->lo != next || r->hi < r->lo)
+            fail(s, "ranges do not tile the hash space: group %d has [%016" PRIx64 ", %016" PRIx64
+                 "], expected a start at %016" PRIx64, order[a], r->lo, r->hi, next);
+        next = r->hi + 1;
+        if ((a == n - 1) != (r->hi == UINT64_MAX))
+            fail(s, "ranges do not tile the hash space: group %d ends at %016" PRIx64 " (%d of %d)",
+                 order[a], r->hi, a + 1, n);
+    }
+    for (int g = 0; g < s->ngroups && !s->failed; g++) {
+        for (int i = 1; i <= s->nnodes && !s->failed; i++) {
+            const node *nd = &s->nodes[i];
+            if (!nd->hosted[g])
+                continue;
+            if (!s->map[g].created)
+                fail(s, "node %d holds group %d, which no split created", i, g);
+            const fsm_group *f = &nd->fsm[g];
+            if (f->lo != s->map[g].lo || f->hi != s->map[g].hi)
+                fail(s, "node %d group %d serves [%016" PRIx64 ", %016" PRIx64 "], the map says "
+                     "[%016" PRIx64 ", %016" PRIx64 "]", i, g, f->lo, f->hi, s->map[g].lo,
+                     s->map[g].hi);
+            for (int k = 0; k < s->nkeys && !s->failed; k++) {
+                uint64_t want = in_range(f, s->key_hash[k]) ? s->hist_n[k] : 0;
+                uint64_t wid = want ? s->hist[k][want] : 0;
+                if (f->kv_ver[k] != want || f->kv_wid[k] != wid)
+                    fail(s, "node %d group %d key %d: version %" PRIu64 " (write %" PRIu64
+                         "), expected %" PRIu64 " (write %" PRIu64 ")%s", i, g, k, f->kv_ver[k],
+                         f->kv_wid[k], want, wid, want ? "" : ": the key is not in its range");
+            }
+        }
+    }
+    for (size_t k = 0; k < s->nops && !s->failed; k++) {
+        const cop *p = s->ops[k];
+        if (!p->ok || (p->is_read && p->ver == 0))
+            continue;
+        uint64_t want = p->is_read ? p->read_wid : p->wid;
+        if (p->ver > s->hist_n[p->key] || s->hist[p->key][p->ver] != want)
+            fail(s, "%s %" PRIu64 " (key %d version %" PRIu64 ") is not in the key's history",
+                 p->is_read ? "write returned by a read" : "acknowledged write", want, p->key,
+                 p->ver);
+    }
 }
 
 static void final_checks(sim *s)
@@ -1381,6 +2096,8 @@ static void final_checks(sim *s)
              s->mv.from, s->mv.to, s->mv.phase);
     for (int g = 0; g < s->ngroups && !s->failed; g++) {
         int r = 1;
+        if (s->splits && !s->map[g].created)
+            continue; /* a child id proposed in a SPLIT that never committed */
         while (r < s->nnodes && !s->nodes[r].hosted[g])
             r++;
         const fsm_group *ref = &s->nodes[r].fsm[g];
@@ -1411,9 +2128,11 @@ static void final_checks(sim *s)
                      g, r, ref->applied, digest(ref), i, f->applied, digest(f));
         }
     }
+    if (s->splits && !s->failed)
+        final_split_checks(s);
     for (size_t k = 0; k < s->nops && !s->failed; k++) {
         cop *p = s->ops[k];
-        if (!p->ok)
+        if (!p->ok || (s->splits && p->is_read)) /* (--splits: reads checked by version) */
             continue;
         for (int i = 1; i <= s->nnodes && !s->failed; i++) {
             const fsm_group *f = &s->nodes[i].fsm[p->group];
@@ -1489,10 +2208,11 @@ static void transfer_try(sim *s)
 
 static const char *ev_name(int t)
 {
-    static const char *names[] = {"deliver",    "disk",   "timer",   "client", "fault",
-                                  "heal",       "resume", "flush",   "copy",   "copy-data",
-                                  "copy-retry", "move",   "transfer"};
-    return t >= 0 && t <= EV_TRANSFER ? names[t] : "?";
+    static const char *names[] = {"deliver",    "disk",     "timer",   "client", "fault",
+                                  "heal",       "resume",   "flush",   "copy",   "copy-data",
+                                  "copy-retry", "move",     "transfer", "split", "propose",
+                                  "resend"};
+    return t >= 0 && t <= EV_RESEND ? names[t] : "?";
 }
 
 static void record(sim *s, const event *e)
@@ -1531,6 +2251,13 @@ static void print_trace(const sim *s)
     for (int i = 1; i <= s->nnodes; i++)
         for (int g = 0; g < s->ngroups; g++) {
             raft_host_group_stats st = {0};
+            if (s->splits && !s->nodes[i].hosted[g])
+                continue;
+            if (s->splits)
+                fprintf(stderr, "  node %d group %d: range [%016" PRIx64 ", %016" PRIx64 "]%s%s\n",
+                        i, g, s->nodes[i].fsm[g].lo, s->nodes[i].fsm[g].hi,
+                        s->nodes[i].child[g] ? " child" : "",
+                        s->nodes[i].joined[g] ? " joined" : "");
             if (s->nodes[i].up)
                 raft_host_group_info(s->nodes[i].host, (uint64_t)g, &st, NULL);
             fprintf(stderr,
@@ -1603,6 +2330,19 @@ static void handle(sim *s, event *e)
         transfer_try(s);
         push(s, (event){.time = s->now + 10 + rnd(&s->rng, 50), .type = EV_TRANSFER});
         break;
+    case EV_SPLIT:
+        if (nd->up && e->gen == nd->incarnation)
+            split_finish(s, nd, (int)e->group, e->a);
+        break;
+    case EV_PROPOSE:
+        if (s->now >= FAULT_END_MS)
+            break;
+        split_propose(s);
+        push(s, (event){.time = s->now + 60 + rnd(&s->rng, 240), .type = EV_PROPOSE});
+        break;
+    case EV_RESEND:
+        op_resend(s, s->ops[e->a]);
+        break;
     case EV_RESUME:
         if (nd->up && e->gen == nd->incarnation) {
             fsm_group *f = &nd->fsm[e->group];
@@ -1627,12 +2367,30 @@ static bool run_seed(uint64_t seed, int nodes_opt, bool verbose)
     s->moves = g_moves;
     s->nvoters = nodes_opt ? nodes_opt : (seed % 4 == 3 ? 5 : 3);
     s->nnodes = s->nvoters + (s->moves ? 1 : 0); /* a spare node for replicas to move to */
-    s->ngroups = 1 + (int)rnd(&s->rng, MAX_GROUPS);
+    s->ngroups = 1 + (int)rnd(&s->rng, INIT_GROUPS);
+    s->splits = g_splits;
+    s->as_stratad = g_as_stratad;
+    s->nkeys = s->splits ? NKEYS : 4;
+    /* --splits: the initial groups tile the hash space in equal parts. */
+    for (int k = 0; k < s->nkeys; k++) {
+        uint64_t id = (uint64_t)k;
+        s->key_hash[k] = XXH3_64bits(&id, sizeof id);
+    }
+    for (int g = 0; g < s->ngroups; g++) {
+        uint64_t w = UINT64_MAX / (uint64_t)s->ngroups;
+        s->map[g] = (range_rec){.created = true,
+                                .lo = w * (uint64_t)g,
+                                .hi = g == s->ngroups - 1 ? UINT64_MAX : w * (uint64_t)(g + 1) - 1};
+    }
+    memcpy(s->client_map, s->map, sizeof s->client_map);
     for (int i = 1; i <= s->nnodes; i++) {
         s->nodes[i].sim = s;
         s->nodes[i].id = i;
-        for (int g = 0; g < MAX_GROUPS; g++)
+        for (int g = 0; g < s->ngroups; g++) {
             s->nodes[i].hosted[g] = i <= s->nvoters;
+            s->nodes[i].fsm[g].lo = s->nodes[i].dur[g].lo = s->map[g].lo;
+            s->nodes[i].fsm[g].hi = s->nodes[i].dur[g].hi = s->map[g].hi;
+        }
     }
     for (int i = 1; i <= s->nnodes; i++)
         node_start(s, &s->nodes[i]);
@@ -1645,6 +2403,8 @@ static bool run_seed(uint64_t seed, int nodes_opt, bool verbose)
     s->transfers = g_transfers;
     if (s->transfers)
         push(s, (event){.time = 300 + rnd(&s->rng, 200), .type = EV_TRANSFER});
+    if (s->splits)
+        push(s, (event){.time = 200 + rnd(&s->rng, 300), .type = EV_PROPOSE});
 
     while (s->nheap > 0 && !s->failed) {
         event e = pop(s);
@@ -1681,8 +2441,17 @@ static bool run_seed(uint64_t seed, int nodes_opt, bool verbose)
                s->busy, s->compactions, s->snap_points, s->installs, s->install_failures, s->chunks,
                s->moves_done, s->changes, s->self_removals, s->transfers_started, s->transfers_done,
                s->transfers_failed, s->transfers_refused);
+        if (s->splits)
+            printf(", splits %" PRIu64 " proposed, %" PRIu64 " made (%" PRIu64
+                   " applied on replicas, %" PRIu64 " children joined from the map, %" PRIu64
+                   " seeded with a copy of their first state, %" PRIu64
+                   " whole compactions), %" PRIu64 " MOVED answers",
+                   s->splits_proposed, s->splits_done, s->split_applies, s->rejoins, s->seeded,
+                   s->compact_alls, s->moved);
         for (int g = 0; g < s->ngroups; g++) {
             int r = 1;
+            if (s->splits && !s->map[g].created)
+                continue;
             while (r < s->nnodes && !s->nodes[r].hosted[g])
                 r++;
             printf(" g%d=%" PRIu64 "/%016" PRIx64, g, s->nodes[r].fsm[g].applied,
@@ -1723,6 +2492,9 @@ static bool run_seed(uint64_t seed, int nodes_opt, bool verbose)
         free(s->global_wid[g]);
         free(s->global_set[g]);
     }
+    for (int k = 0; k < NKEYS; k++)
+        free(s->hist[k]);
+    free(s->wid_at);
     free(s);
     return ok;
 }
@@ -1730,8 +2502,8 @@ static bool run_seed(uint64_t seed, int nodes_opt, bool verbose)
 static void usage(void)
 {
     fprintf(stderr,
-            "usage: sim (--seed N | --seeds A-B) [--nodes 3|5] [--moves] [--transfers] [--inject "
-            "stale-read|lying-disk|bad-copy] [-v]\n");
+            "usage: sim (--seed N | --seeds A-B) [--nodes 3|5] [--moves] [--transfers] [--splits "
+            "[--as-stratad]] [--inject stale-read|lying-disk|bad-copy|split-no-flush] [-v]\n");
     exit(2);
 }
 
@@ -1759,6 +2531,8 @@ int main(int argc, char **argv)
                 g_inject = INJECT_LYING_DISK;
             else if (strcmp(argv[i], "bad-copy") == 0)
                 g_inject = INJECT_BAD_COPY;
+            else if (strcmp(argv[i], "split-no-flush") == 0)
+                g_inject = INJECT_SPLIT_NO_FLUSH;
             else
                 usage();
         } else if (strcmp(argv[i], "--wild-net") == 0) {
@@ -1767,6 +2541,10 @@ int main(int argc, char **argv)
             g_moves = true;
         } else if (strcmp(argv[i], "--transfers") == 0) {
             g_transfers = true;
+        } else if (strcmp(argv[i], "--splits") == 0) {
+            g_splits = true;
+        } else if (strcmp(argv[i], "--as-stratad") == 0) {
+            g_as_stratad = true;
         } else if (strcmp(argv[i], "-v") == 0) {
             verbose = true;
         } else {
