@@ -42,6 +42,15 @@ typedef struct {
     hot_slot hot[CAP_HOT_SLOTS];
     size_t n_hot;
     int64_t hot_total;
+    /* Heat (split for heat): the current window (at least a second) and since when the
+     * windows before it were hot without a break (0: the last one was not). */
+    uint64_t win_start, hot_since;
+    int64_t win_nano[2];
+    bool win_refused[2];
+    /* The last CAP_SPLIT_SAMPLES key hashes charged, with their units (the split point);
+     * allocated on the first one. */
+    split_sample *ring;
+    uint32_t ring_n, ring_at;
 } cpart;
 
 typedef struct {
@@ -60,7 +69,8 @@ typedef struct {
 struct capacity {
     ctable *tables; /* sorted by id */
     size_t n_tables, cap_tables;
-    bool lenient; /* capacity_set_enforcing(false): count, never refuse */
+    bool lenient;        /* capacity_set_enforcing(false): count, never refuse */
+    int64_t ceiling[2];  /* per-partition ceilings, units/s (capacity_set_ceilings) */
 };
 
 /* ------------------------------------------------------------------ buckets */
@@ -96,10 +106,6 @@ static int64_t table_rate(const ctable *t, cap_kind k)
     return k == CAP_READ ? t->conf.rcu : t->conf.wcu;
 }
 
-static int64_t ceiling_rate(cap_kind k)
-{
-    return k == CAP_READ ? CAP_PART_MAX_READ : CAP_PART_MAX_WRITE;
-}
 
 static int64_t burst_ms(const ctable *t)
 {
@@ -118,13 +124,13 @@ static void refill_absent(ctable *t, cap_kind k, uint64_t now_ms)
            now_ms);
 }
 
-static void refill_all(ctable *t, cpart *p, cap_kind k, uint64_t now_ms)
+static void refill_all(const capacity *c, ctable *t, cpart *p, cap_kind k, uint64_t now_ms)
 {
     int64_t rate = table_rate(t, k);
     int64_t n = t->conf.n_partitions;
     refill(&p->share[k], rate, n, burst_ms(t), now_ms);
     refill(&t->pool[k], rate * t->conf.n_local, n, burst_ms(t), now_ms);
-    refill(&p->ceiling[k], ceiling_rate(k), 1, SEC_MS, now_ms);
+    refill(&p->ceiling[k], c->ceiling[k], 1, SEC_MS, now_ms);
 }
 
 /* ------------------------------------------------------------------ lookups */
@@ -251,7 +257,7 @@ cap_table_conf capacity_conf_of(const table_info *t, uint32_t n_local)
 /* Takes the table's current settings. Buckets keep their tokens, clamped to the new
  * maximum by the next refill: a raised rate applies from now on, a lowered one also
  * lowers the credit kept. */
-static void set_conf(ctable *t, const cap_table_conf *conf, uint64_t now_ms)
+static void set_conf(const capacity *c, ctable *t, const cap_table_conf *conf, uint64_t now_ms)
 {
     const cap_table_conf *o = &t->conf;
     if (o->on_demand == conf->on_demand && o->rcu == conf->rcu && o->wcu == conf->wcu &&
@@ -261,7 +267,7 @@ static void set_conf(ctable *t, const cap_table_conf *conf, uint64_t now_ms)
     for (size_t i = 0; i < t->n_parts; i++)
         for (int k = 0; k < 2; k++)
             if (t->parts[i].share[k].started)
-                refill_all(t, &t->parts[i], (cap_kind)k, now_ms);
+                refill_all(c, t, &t->parts[i], (cap_kind)k, now_ms);
     for (int k = 0; k < 2; k++)
         if (t->absent[k].started)
             refill_absent(t, (cap_kind)k, now_ms);
@@ -284,11 +290,24 @@ static void set_conf(ctable *t, const cap_table_conf *conf, uint64_t now_ms)
 
 capacity *capacity_new(void)
 {
-    return calloc(1, sizeof(capacity));
+    capacity *c = calloc(1, sizeof(capacity));
+    if (c != NULL) {
+        c->ceiling[CAP_READ] = CAP_PART_MAX_READ;
+        c->ceiling[CAP_WRITE] = CAP_PART_MAX_WRITE;
+    }
+    return c;
+}
+
+void capacity_set_ceilings(capacity *c, int64_t rcu, int64_t wcu)
+{
+    c->ceiling[CAP_READ] = rcu > 0 ? rcu : CAP_PART_MAX_READ;
+    c->ceiling[CAP_WRITE] = wcu > 0 ? wcu : CAP_PART_MAX_WRITE;
 }
 
 static void table_release(ctable *t)
 {
+    for (size_t i = 0; i < t->n_parts; i++)
+        free(t->parts[i].ring);
     free(t->parts);
 }
 
@@ -302,7 +321,9 @@ void capacity_free(capacity *c)
     free(c);
 }
 
-static void take(ctable *t, cpart *p, cap_kind k, int64_t nano, uint64_t now_ms);
+static void take(const capacity *c, ctable *t, cpart *p, cap_kind k, int64_t nano,
+                 uint64_t now_ms);
+static void heat_roll(const capacity *c, cpart *p, uint64_t now_ms);
 
 void capacity_set_enforcing(capacity *c, bool on)
 {
@@ -315,22 +336,24 @@ int capacity_admit(capacity *c, uint32_t table_id, uint64_t part_id, const cap_t
     ctable *t = table_get(c, table_id, err);
     if (t == NULL)
         return -1;
-    set_conf(t, conf, now_ms);
+    set_conf(c, t, conf, now_ms);
     cpart *p = part_get(t, part_id, now_ms, err);
     if (p == NULL)
         return -1;
-    refill_all(t, p, k, now_ms);
+    refill_all(c, t, p, k, now_ms);
     if (c->lenient || (!t->conf.on_demand && table_rate(t, k) <= 0)) {
-        take(t, p, k, reserve_nano, now_ms); /* lenient, or no units set: counted only */
+        take(c, t, p, k, reserve_nano, now_ms); /* lenient, or no units set: counted only */
         return 0;
     }
     if (p->ceiling[k].tokens <= 0) {
         p->n.throttle_events[k]++;
+        heat_roll(c, p, now_ms);
+        p->win_refused[k] = true; /* demand above the ceiling: this window is hot */
         return strata_err_set(err, ERR_THROUGHPUT_EXCEEDED, "%s", msg_capacity);
     }
     /* Its own share, or (adaptive sharing) what the table's other partitions left. */
     if (p->share[k].tokens > 0 || t->pool[k].tokens > 0) {
-        take(t, p, k, reserve_nano, now_ms);
+        take(c, t, p, k, reserve_nano, now_ms);
         return 0;
     }
     p->n.throttle_events[k]++;
@@ -358,6 +381,18 @@ static void hot_note(cpart *p, uint64_t hash, int64_t nano)
     }
     p->hot[min] =
         (hot_slot){.hash = hash, .count = p->hot[min].count + nano, .err = p->hot[min].count};
+}
+
+/* Remembers the last CAP_SPLIT_SAMPLES charged key hashes (no allocation, no sample:
+ * the split point falls back to the middle of the range). */
+static void ring_note(cpart *p, uint64_t hash, int64_t nano)
+{
+    if (p->ring == NULL && (p->ring = malloc(CAP_SPLIT_SAMPLES * sizeof *p->ring)) == NULL)
+        return;
+    p->ring[p->ring_at] = (split_sample){.hash = hash, .weight = nano};
+    p->ring_at = (p->ring_at + 1) % CAP_SPLIT_SAMPLES;
+    if (p->ring_n < CAP_SPLIT_SAMPLES)
+        p->ring_n++;
 }
 
 /* Takes a borrowed charge from the shares other partitions left unused, so the same
@@ -390,10 +425,38 @@ static int64_t lend(ctable *t, const cpart *borrower, cap_kind k, int64_t nano, 
     return nano;
 }
 
+/* Closes the heat window once it lasted a second: it was hot when the partition was
+ * refused by its ceiling or consumed at least CAP_HEAT_PERCENT of the ceiling's rate over
+ * it. A window that lasted two seconds or more had an idle second in it: not hot. */
+static void heat_roll(const capacity *c, cpart *p, uint64_t now_ms)
+{
+    if (now_ms < p->win_start + SEC_MS)
+        return;
+    uint64_t span = now_ms - p->win_start;
+    bool hot = false;
+    for (int k = 0; k < 2 && span < 2 * SEC_MS; k++) {
+        /* nano * 100 * 1000 >= ceiling * CAP_NANO * percent * span, within int64_t:
+         * win_nano is at most a few seconds of a ceiling (<= 1e6 units: 1e15 nano). */
+        int64_t have = p->win_nano[k] / (CAP_NANO / SEC_MS) * 100;
+        int64_t need = c->ceiling[k] * CAP_HEAT_PERCENT * (int64_t)span;
+        hot = hot || p->win_refused[k] || have >= need;
+    }
+    if (!hot)
+        p->hot_since = 0;
+    else if (p->hot_since == 0)
+        p->hot_since = p->win_start;
+    p->win_start = now_ms;
+    p->win_nano[0] = p->win_nano[1] = 0;
+    p->win_refused[0] = p->win_refused[1] = false;
+}
+
 /* Takes `nano` from the buckets (a negative amount gives back an over-reservation to the
  * partition's own share) and counts it as consumed. */
-static void take(ctable *t, cpart *p, cap_kind k, int64_t nano, uint64_t now_ms)
+static void take(const capacity *c, ctable *t, cpart *p, cap_kind k, int64_t nano,
+                 uint64_t now_ms)
 {
+    heat_roll(c, p, now_ms);
+    p->win_nano[k] += nano;
     p->ceiling[k].tokens -= nano;
     t->pool[k].tokens -= nano;
     /* Within its own share, or borrowed from the others once that is spent. */
@@ -424,19 +487,12 @@ void capacity_charge(capacity *c, uint32_t table_id, uint64_t part_id, cap_kind 
     cpart *p = t != NULL ? part_find(t, part_id, NULL) : NULL;
     if (p == NULL)
         return;
-    refill_all(t, p, k, now_ms);
-    take(t, p, k, nano - reserved_nano, now_ms);
-    if (has_key)
+    refill_all(c, t, p, k, now_ms);
+    take(c, t, p, k, nano - reserved_nano, now_ms);
+    if (has_key) {
         hot_note(p, key_hash, nano);
-}
-
-void capacity_sample_key(capacity *c, uint32_t table_id, uint64_t part_id, uint64_t key_hash,
-                         int64_t nano, uint64_t now_ms)
-{
-    ctable *t = table_get(c, table_id, NULL);
-    cpart *p = t != NULL ? part_get(t, part_id, now_ms, NULL) : NULL;
-    if (p != NULL)
-        hot_note(p, key_hash, nano);
+        ring_note(p, key_hash, nano);
+    }
 }
 
 int64_t capacity_nano(double units)
@@ -481,6 +537,48 @@ bool capacity_hot_key(const capacity *c, uint64_t part_id, uint64_t *key_hash, u
 {
     const cpart *p = part_any(c, part_id);
     return p != NULL && hot_of(p, key_hash, percent);
+}
+
+static cpart *part_any_mut(capacity *c, uint64_t id)
+{
+    for (size_t i = 0; i < c->n_tables; i++) {
+        cpart *p = part_find(&c->tables[i], id, NULL);
+        if (p != NULL)
+            return p;
+    }
+    return NULL;
+}
+
+uint64_t capacity_hot_ms(capacity *c, uint64_t part_id, uint64_t now_ms)
+{
+    cpart *p = part_any_mut(c, part_id);
+    if (p == NULL)
+        return 0;
+    heat_roll(c, p, now_ms);
+    /* Hot windows up to the current one; none while the current window is idle. */
+    if (p->hot_since != 0 && now_ms < p->win_start + 2 * SEC_MS)
+        return p->win_start - p->hot_since;
+    return 0;
+}
+
+split_point capacity_split_point(const capacity *c, uint64_t part_id, uint64_t lo, uint64_t hi,
+                                 uint64_t *hash)
+{
+    const cpart *p = part_any(c, part_id);
+    if (p == NULL || p->ring_n == 0)
+        return SPLIT_POINT_TOO_FEW;
+    split_sample s[CAP_SPLIT_SAMPLES];
+    memcpy(s, p->ring, p->ring_n * sizeof *s);
+    return split_weighted(s, p->ring_n, lo, hi, CAP_SPLIT_MIN_SAMPLES, CAP_HOT_SHARE, hash);
+}
+
+void capacity_heat_reset(capacity *c, uint64_t part_id)
+{
+    cpart *p = part_any_mut(c, part_id);
+    if (p == NULL)
+        return;
+    p->hot_since = 0;
+    p->ring_n = p->ring_at = 0;
 }
 
 int64_t capacity_share_tokens(const capacity *c, uint64_t part_id, cap_kind k)

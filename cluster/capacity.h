@@ -54,6 +54,7 @@
 #include <stdint.h>
 
 #include "cluster/catalog.h"
+#include "cluster/split.h"
 #include "storage/base/buf.h"
 #include "storage/base/err.h"
 
@@ -66,6 +67,9 @@
 #define CAP_HOT_SLOTS      8  /* space-saving sample of key hashes per partition */
 #define CAP_HOT_SHARE      50 /* percent of a partition's sampled traffic: a hot key */
 #define CAP_HOT_MIN_UNITS  50 /* ... once it consumed this many units (not a stray one) */
+#define CAP_HEAT_PERCENT   80 /* a second at this share of the ceiling (or refused by it): hot */
+#define CAP_SPLIT_SAMPLES  256 /* recent charged key hashes kept per partition (split point) */
+#define CAP_SPLIT_MIN_SAMPLES 32
 
 typedef enum { CAP_READ = 0, CAP_WRITE = 1 } cap_kind;
 
@@ -89,6 +93,11 @@ typedef struct capacity capacity;
 
 capacity *capacity_new(void);
 void capacity_free(capacity *c);
+
+/* The per-partition ceilings in units per second (0: DynamoDB's, CAP_PART_MAX_READ /
+ * CAP_PART_MAX_WRITE). Lower ones scale split-for-heat tests down to what a test
+ * machine can drive. */
+void capacity_set_ceilings(capacity *c, int64_t rcu, int64_t wcu);
 
 /* On by default. Off (the `throttle = false` setting): capacity_admit never refuses,
  * consumption is still counted and reported (metrics, hot keys). */
@@ -114,12 +123,6 @@ int capacity_admit(capacity *c, uint32_t table_id, uint64_t part_id, const cap_t
 void capacity_charge(capacity *c, uint32_t table_id, uint64_t part_id, cap_kind k, int64_t nano,
                      int64_t reserved_nano, bool has_key, uint64_t key_hash, uint64_t now_ms);
 
-/* Feeds only the hot-key sample of a partition (its state is created if needed): in a
- * cluster the node that routed a write knows its key, the leader that charged it does
- * not. */
-void capacity_sample_key(capacity *c, uint32_t table_id, uint64_t part_id, uint64_t key_hash,
-                         int64_t nano, uint64_t now_ms);
-
 /* Units to nano-units: DynamoDB's fractional read units (0.5) are exact. */
 int64_t capacity_nano(double units);
 
@@ -133,6 +136,23 @@ bool capacity_partition_stats(const capacity *c, uint64_t part_id, cap_counters 
  * units; false when nothing was sampled or the key has consumed fewer than
  * CAP_HOT_MIN_UNITS units. */
 bool capacity_hot_key(const capacity *c, uint64_t part_id, uint64_t *key_hash, unsigned *percent);
+
+/*
+ * Heat, for split for heat. Time is cut into windows of at least a second; a window is
+ * hot when the partition consumed at least CAP_HEAT_PERCENT of its ceiling's rate in it
+ * (either kind), or was refused by the ceiling (demand above it; with throttling off,
+ * consumption above it). A window of two seconds or more held an idle second: not hot.
+ */
+/* How long a partition served here has been hot without a break, up to its current
+ * window (0: not hot, or never seen). */
+uint64_t capacity_hot_ms(capacity *c, uint64_t part_id, uint64_t now_ms);
+/* Where the partition's recent traffic (the last CAP_SPLIT_SAMPLES key hashes charged,
+ * weighted by units) would cut [lo, hi], its current range: split_weighted (split.h)
+ * with CAP_SPLIT_MIN_SAMPLES and CAP_HOT_SHARE; *hash is the split hash or the hot key. */
+split_point capacity_split_point(const capacity *c, uint64_t part_id, uint64_t lo, uint64_t hi,
+                                 uint64_t *hash);
+/* Starts a partition's heat over: after a split its traffic is a new story. */
+void capacity_heat_reset(capacity *c, uint64_t part_id);
 
 /* Tokens left (nano-units) in a partition's share bucket, as of its last refill (tests). */
 int64_t capacity_share_tokens(const capacity *c, uint64_t part_id, cap_kind k);

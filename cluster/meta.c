@@ -620,7 +620,10 @@ static int apply_split(meta_state *s, const meta_cmd *c, strata_err *err)
                               "id %llu)",
                               (unsigned long long)c->new_partition_id,
                               (unsigned long long)s->next_partition_id);
-    if (s->n_parts >= META_MAX_PARTITIONS)
+    size_t in_table = 0;
+    if (s->n_parts >= META_MAX_PARTITIONS ||
+        (meta_table_partitions(s, p->table_id, &in_table) != NULL &&
+         in_table >= META_MAX_TABLE_PARTS))
         return strata_err_set(err, ERR_LIMIT_EXCEEDED, "too many partitions");
     size_t at = (size_t)(p - s->parts);
     if (grow((void **)&s->parts, &s->cap_parts, s->n_parts + 1, sizeof(meta_partition), err))

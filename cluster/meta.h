@@ -44,7 +44,7 @@
 #define META_MAX_MEMBERS     6 /* voters + learners of one partition during moves */
 #define META_MAX_NODES       1024
 #define META_MAX_TABLES      2500
-#define META_MAX_TABLE_PARTS 4096 /* partitions in one table-create command */
+#define META_MAX_TABLE_PARTS 4096 /* partitions of one table (create command, splits) */
 #define META_MAX_PARTITIONS  (1u << 20)
 #define META_ADDR_MAX        255 /* "host:port" addresses: 1..255 printable bytes */
 #define META_LABEL_MAX       63  /* AZ and host labels: 1..63 printable bytes */

@@ -140,6 +140,12 @@ typedef struct {
     size_t memtable_bytes;         /* engine memtable bytes; 0 = the engine's default */
     uint64_t replace_after_ms;     /* a node DOWN this long has its replicas re-created
                                       elsewhere; 0 = 300000 */
+    /* Automatic splits, decided by each partition's leader (0: never): for size, once the
+     * partition holds this many bytes; for heat, once it has been hot (cluster/capacity.h,
+     * capacity_heat) this long. The split point divides the partition's recent traffic
+     * evenly; when one partition key holds most of it, no split (a hot key, reported). */
+    uint64_t split_size_bytes;
+    uint64_t split_heat_ms;
 } router_cluster_config;
 
 typedef struct {

@@ -108,6 +108,8 @@ enum {
 
 #define SPLIT_PROPOSE_MS     2000 /* a parent's leader proposes a SPLIT again after this long */
 #define SPLIT_ATTEMPTS       8    /* re-proposals of a map split that lost its child id */
+#define AUTO_SPLIT_RETRY_MS  2000 /* a partition's leader asks for a split at most this often */
+#define HOT_KEY_SAY_MS       60000 /* a hot key that blocks a split is logged this often */
 #define ENTRY_WRITE          0xFE /* log entry: u8 0xFE | u64be key hash | write command */
 /* The result of a write whose key the partition no longer owns (a split moved it): not
  * applied, so the router sends it again to the partition that owns it now. 0xFF starts
@@ -137,6 +139,8 @@ typedef struct lpart {
     uint64_t split_index; /* the SPLIT entry being applied */
     split_cmd split_cmd;
     uint64_t split_proposed; /* leader: when it last proposed a SPLIT (ms) */
+    uint64_t auto_split_at;  /* leader: when it last asked for an automatic split (ms) */
+    uint64_t hot_key_said;   /* leader: when it last reported a hot key that blocks one */
     bool child_flushing;     /* child: flushing before its first compaction */
     uint64_t child_compact;  /* child: durable up to here, compact (all) at it */
 } lpart;
@@ -270,6 +274,8 @@ struct rcluster {
     uint64_t last_compact;
     size_t memtable_bytes;
     uint64_t replace_after_ms;   /* replicas of a node DOWN this long are re-created */
+    uint64_t split_size_bytes;   /* automatic splits (router_cluster_config); 0: never */
+    uint64_t split_heat_ms;
     bool sched_busy;             /* the scheduler waits for its last command or probe */
     unsigned transfers;          /* leadership transfers in flight from this node */
     uint64_t last_transfer;      /* when this node last started one */
@@ -815,14 +821,6 @@ static uint64_t pick_leader(rcluster *c, const meta_partition *mp, unsigned atte
 
 /* ------------------------------------------------------------------ writes */
 
-/* The leader applies commands without knowing their key, so the node that routed a
- * write samples its key hash for hot-key reporting (capacity_sample_key). */
-static void sample_write_key(op *o, const uint8_t *result, size_t len)
-{
-    int64_t nano = (int64_t)o->c->sm.write_units(result, len) * CAP_NANO;
-    capacity_sample_key(o->c->cap, o->table_id, o->pid, o->hash, nano, now_ms(o->c));
-}
-
 static bool is_moved(const void *result, size_t len)
 {
     return len == sizeof MOVED_RESULT && memcmp(result, MOVED_RESULT, len) == 0;
@@ -839,7 +837,6 @@ static void on_local_write(void *data, const raft_host_outcome *out)
     }
     if (out->code == ERR_NONE) {
         seen_note(o->c, o->pid, out->index);
-        sample_write_key(o, out->result, out->result_len);
         o->wcb(o->ctx, NULL, out->result, out->result_len);
         op_free(o);
         return;
@@ -865,7 +862,6 @@ static void on_remote_write(void *ctx, int status, const strata_err *err, const 
             return;
         }
         seen_note(o->c, o->pid, index);
-        sample_write_key(o, data + (len - rd_left(&r)), rd_left(&r));
         o->wcb(o->ctx, NULL, data + (len - rd_left(&r)), rd_left(&r));
         op_free(o);
         return;
@@ -1295,8 +1291,9 @@ static int apply_partition(rcluster *c, uint64_t group, uint64_t index, const vo
     const uint8_t *b = cmd;
     if (split_cmd_is(b, len))
         return apply_split(c, lp, index, cmd, len);
-    if (len >= 9 && b[0] == ENTRY_WRITE) {
-        uint64_t h = get_be64(b + 1);
+    bool has_hash = len >= 9 && b[0] == ENTRY_WRITE;
+    uint64_t h = has_hash ? get_be64(b + 1) : 0;
+    if (has_hash) {
         if (h < lp->desc.hash_lo || h > lp->desc.hash_hi) {
             uint8_t *m = malloc(sizeof MOVED_RESULT);
             if (m == NULL)
@@ -1339,11 +1336,12 @@ static int apply_partition(rcluster *c, uint64_t group, uint64_t index, const vo
         return -1;
     }
     /* The leader admitted the write: it pays for it once it is known what it wrote (on
-     * a leader change, the new leader pays for what it applies). */
+     * a leader change, the new leader pays for what it applies). The key's hash feeds
+     * hot-key reporting and the split point. */
     if (raft_host_is_leader(c->host, group))
         capacity_charge(c->cap, lp->desc.table_id, group, CAP_WRITE,
                         (int64_t)c->sm.write_units(res.data, res.len) * CAP_NANO,
-                        router_write_reserve(len), false, 0, now_ms(c));
+                        router_write_reserve(has_hash ? len + 9 : len), has_hash, h, now_ms(c));
     *result = res.data; /* the host frees it */
     *result_len = res.len;
     return 0;
@@ -2077,6 +2075,86 @@ static void follow_map_splits(rcluster *c)
                     lp->id, ch->hash_lo, ch->id);
         }
         buf_free(&b);
+    }
+}
+
+/* ------------------------------------------------------------------ automatic splits */
+
+static void on_auto_split(void *ctx, const strata_err *err, const uint8_t *res, size_t len)
+{
+    (void)ctx;
+    if (err != NULL)
+        fprintf(stderr, "stratad: automatic split refused: %s\n", err->msg);
+    else
+        fprintf(stderr, "stratad: automatic split: %.*s\n", (int)len, (const char *)res);
+}
+
+/* Whether partition `lp`, led here, should split now, and where: for size once it holds
+ * split_size_bytes, for heat once it has been hot split_heat_ms (capacity_heat). The cut
+ * divides its recent traffic evenly (split_weighted; the middle of the range when too
+ * little was sampled). A partition whose traffic one partition key dominates is not
+ * split, as no cut can divide a key: the hot key is reported (log here; metrics and
+ * `strata table stats` through capacity). */
+static bool auto_split_point(rcluster *c, lpart *lp, uint64_t now, uint64_t *at, const char **why)
+{
+    bool big = c->split_size_bytes != 0 && lp->stats.size_bytes >= 0 &&
+               (uint64_t)lp->stats.size_bytes >= c->split_size_bytes;
+    bool hot = c->split_heat_ms != 0 && capacity_hot_ms(c->cap, lp->id, now) >= c->split_heat_ms;
+    if (!big && !hot)
+        return false;
+    uint64_t hash = 0;
+    split_point point =
+        capacity_split_point(c->cap, lp->id, lp->desc.hash_lo, lp->desc.hash_hi, &hash);
+    if (point == SPLIT_POINT_HOT_KEY) {
+        if (now - lp->hot_key_said >= HOT_KEY_SAY_MS) {
+            lp->hot_key_said = now;
+            fprintf(stderr,
+                    "stratad: partition %" PRIu64 " is %s, but one partition key (hash %016" PRIx64
+                    ") takes most of its traffic: a hot key, not split\n",
+                    lp->id, hot ? "hot" : "large", hash);
+        }
+        return false;
+    }
+    strata_err err;
+    if (point == SPLIT_POINT_FOUND)
+        *at = hash;
+    else if (split_middle(lp->desc.hash_lo, lp->desc.hash_hi, at, &err) < 0)
+        return false;
+    *why = hot ? "heat" : "size";
+    return true;
+}
+
+/* Split for size and for heat: each partition leader watches the partitions it leads
+ * and asks the meta group to split one (the path of `strata partition split`, so the
+ * map's epoch check settles races), at most once per AUTO_SPLIT_RETRY_MS each. */
+static void auto_splits(rcluster *c)
+{
+    if ((c->split_size_bytes == 0 && c->split_heat_ms == 0) || c->closing || c->host == NULL)
+        return;
+    uint64_t now = now_ms(c);
+    for (size_t i = 0; i < c->n_parts; i++) {
+        lpart *lp = &c->parts[i];
+        if (lp->split != SPLIT_NONE || lp->poisoned || now - lp->auto_split_at < AUTO_SPLIT_RETRY_MS ||
+            lp->desc.hash_lo == lp->desc.hash_hi || !raft_host_is_leader(c->host, lp->id))
+            continue;
+        /* Only a replica whose range is the map's: otherwise a split is under way. */
+        const meta_partition *mp = meta_partition_find(c->meta, lp->id);
+        size_t n_table = 0;
+        if (mp == NULL || mp->hash_lo != lp->desc.hash_lo || mp->hash_hi != lp->desc.hash_hi ||
+            meta_table_partitions(c->meta, lp->desc.table_id, &n_table) == NULL ||
+            n_table >= META_MAX_TABLE_PARTS)
+            continue;
+        uint64_t at;
+        const char *why;
+        if (!auto_split_point(c, lp, now, &at, &why))
+            continue;
+        lp->auto_split_at = now;
+        strata_err err;
+        fprintf(stderr, "stratad: partition %" PRIu64 ": split for %s at %016" PRIx64 "\n", lp->id,
+                why, at);
+        if (rcluster_split(c, lp->id, true, at, on_auto_split, c, &err) < 0)
+            fprintf(stderr, "stratad: partition %" PRIu64 ": split for %s: %s\n", lp->id, why,
+                    err.msg);
     }
 }
 
@@ -3201,6 +3279,7 @@ static void split_finish(rcluster *c, uint64_t pid)
     lp->desc.hash_hi = sc.split_hash - 1;
     lp->split = SPLIT_NONE;
     count_partition(c, lp);
+    capacity_heat_reset(c->cap, pid); /* half the range: its heat is measured anew */
     fprintf(stderr,
             "stratad: partition %" PRIu64 " split at %016" PRIx64 " (entry %" PRIu64
             "): child %" PRIu64 "\n",
@@ -3412,6 +3491,7 @@ static void on_tick(uv_timer_t *t)
     follow_map_configs(c);
     follow_map_leaders(c);
     follow_map_splits(c);
+    auto_splits(c);
     schedule(c);
     push_stats(c);
 }
@@ -4124,6 +4204,8 @@ rcluster *rcluster_open(const router_config *cfg, strata_err *err)
     c->self = cc->node_id;
     c->memtable_bytes = cc->memtable_bytes;
     c->replace_after_ms = cc->replace_after_ms ? cc->replace_after_ms : REPLACE_AFTER_MS;
+    c->split_size_bytes = cc->split_size_bytes;
+    c->split_heat_ms = cc->split_heat_ms;
     c->bootstrap = cc->bootstrap;
     c->expect = cc->bootstrap_expect > 0 ? cc->bootstrap_expect : 3;
     if (c->expect > MAX_META_VOTERS)

@@ -1,6 +1,7 @@
 /* split.c: the SPLIT command, the local range record and the split point (split.h). */
 #include "cluster/split.h"
 
+#include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
 
@@ -138,4 +139,68 @@ int split_middle(uint64_t lo, uint64_t hi, uint64_t *split, strata_err *err)
         return strata_err_set(err, ERR_VALIDATION, "a range of one hash cannot be split");
     *split = lo + (hi - lo) / 2 + 1;
     return 0;
+}
+
+static int sample_cmp(const void *a, const void *b)
+{
+    uint64_t x = ((const split_sample *)a)->hash, y = ((const split_sample *)b)->hash;
+    return x < y ? -1 : x > y;
+}
+
+/* Keeps the samples inside [lo, hi] with a positive weight (in place); their number. */
+static size_t samples_inside(split_sample *s, size_t n, uint64_t lo, uint64_t hi)
+{
+    size_t w = 0;
+    for (size_t i = 0; i < n; i++)
+        if (s[i].hash >= lo && s[i].hash <= hi && s[i].weight > 0)
+            s[w++] = s[i];
+    return w;
+}
+
+split_point split_weighted(split_sample *s, size_t n, uint64_t lo, uint64_t hi, size_t min_samples,
+                           unsigned hot_percent, uint64_t *out)
+{
+    n = samples_inside(s, n, lo, hi);
+    if (n == 0 || n < min_samples)
+        return SPLIT_POINT_TOO_FEW;
+    qsort(s, n, sizeof *s, sample_cmp);
+    /* Weights are bounded by the caller (units of one operation each, a few thousand
+     * samples): the sums below cannot overflow. */
+    int64_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += s[i].weight;
+    /* One hash (one partition key) holding hot_percent of the weight: no cut helps. */
+    for (size_t i = 0; i < n;) {
+        size_t j = i;
+        int64_t w = 0;
+        while (j < n && s[j].hash == s[i].hash)
+            w += s[j++].weight;
+        if (w * 100 >= total * (int64_t)hot_percent) {
+            *out = s[i].hash;
+            return SPLIT_POINT_HOT_KEY;
+        }
+        i = j;
+    }
+    /* The boundary between two distinct hashes that leaves the weights most even; the
+     * cut goes half-way between them, so keys not sampled fall on either side evenly. */
+    int64_t left = 0, best_gap = INT64_MAX;
+    uint64_t best = 0;
+    for (size_t i = 0; i < n;) {
+        size_t j = i;
+        while (j < n && s[j].hash == s[i].hash)
+            left += s[j++].weight;
+        if (j == n)
+            break;
+        int64_t gap = 2 * left - total;
+        gap = gap < 0 ? -gap : gap;
+        if (gap < best_gap) {
+            best_gap = gap;
+            best = s[i].hash + (s[j].hash - s[i].hash) / 2 + 1;
+        }
+        i = j;
+    }
+    if (best_gap == INT64_MAX || !split_hash_valid(lo, hi, best))
+        return SPLIT_POINT_TOO_FEW; /* one distinct hash only (and under hot_percent) */
+    *out = best;
+    return SPLIT_POINT_FOUND;
 }

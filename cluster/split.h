@@ -25,7 +25,8 @@
  *      u8 version | u32be table id | u64be hash_lo | u64be hash_hi | u8 n members |
  *      (varint node id | u8 voter)* | u64be xxh3(all before)
  *
- *  - the default split point: the middle of a range.
+ *  - split points: the middle of a range, or the point that divides sampled traffic
+ *    (or data) evenly, which refuses to cut when one partition key holds most of it.
  *
  * Decoders check bounds and the checksum; ERR_CORRUPT on anything malformed.
  */
@@ -73,5 +74,29 @@ int split_range_decode(const uint8_t *b, size_t len, split_range *out, strata_er
 int split_middle(uint64_t lo, uint64_t hi, uint64_t *split, strata_err *err);
 /* Checks a requested split hash for [lo, hi]: lo < split <= hi. */
 bool split_hash_valid(uint64_t lo, uint64_t hi, uint64_t split);
+
+/* One sampled operation: the key hash it touched and its weight (e.g. capacity units). */
+typedef struct {
+    uint64_t hash;
+    int64_t weight;
+} split_sample;
+
+typedef enum {
+    SPLIT_POINT_TOO_FEW = 0, /* fewer than min_samples inside the range (or one hash only) */
+    SPLIT_POINT_FOUND,       /* *out: the split hash, lo < *out <= hi */
+    SPLIT_POINT_HOT_KEY,     /* *out: the one key hash holding >= hot_percent of the weight */
+} split_point;
+
+/*
+ * The split hash of [lo, hi] that divides the weight of the samples inside it most
+ * evenly: the child [*out, hi] and the parent [lo, *out - 1] each get about half. A cut
+ * falls between two sampled hashes (half-way), never on one: a partition key is never
+ * cut (all its items share its hash). When a single hash holds at least hot_percent of
+ * the weight, splitting cannot relieve it: SPLIT_POINT_HOT_KEY names it instead.
+ * Samples outside [lo, hi] or without weight are ignored. Reorders `s` (sorts it in
+ * place); weights must be small enough that their sum fits in int64_t.
+ */
+split_point split_weighted(split_sample *s, size_t n, uint64_t lo, uint64_t hi, size_t min_samples,
+                           unsigned hot_percent, uint64_t *out);
 
 #endif

@@ -26,6 +26,10 @@ static const char *const key_names[CFG_KEY_COUNT] = {
     [CFG_REPLACE_AFTER] = "replace_after",
     [CFG_INITIAL_PARTITIONS] = "initial_partitions",
     [CFG_THROTTLE] = "throttle",
+    [CFG_PARTITION_MAX_RCU] = "partition_max_rcu",
+    [CFG_PARTITION_MAX_WCU] = "partition_max_wcu",
+    [CFG_SPLIT_SIZE] = "split_size_mb",
+    [CFG_SPLIT_HEAT] = "split_heat",
     [CFG_REGION] = "region",
     [CFG_LOG_LEVEL] = "log_level",
 };
@@ -84,6 +88,8 @@ void config_usage(FILE *f)
 {
     fprintf(f, "usage: stratad [--config FILE] [--data-dir DIR] [--listen HOST:PORT]\n"
                "               [--initial-partitions N] [--throttle true|false]\n"
+               "               [--partition-max-rcu N] [--partition-max-wcu N]\n"
+               "               [--split-size-mb N] [--split-heat SECONDS]\n"
                "               [--log-level error|warn|info|debug]\n"
                "               [--region NAME] [--print-config] [--help]\n"
                "  cluster:     [--node-id N] [--az NAME] [--host-label NAME]\n"
@@ -348,6 +354,23 @@ static int set_key(stratad_config *cfg, config_key k, const char *v, char *why, 
         return 0;
     case CFG_THROTTLE:
         return parse_bool(v, &cfg->throttle, why, why_cap);
+    case CFG_PARTITION_MAX_RCU:
+    case CFG_PARTITION_MAX_WCU:
+        if (parse_uint(v, 1, 1000000, &n, why, why_cap) < 0)
+            return -1;
+        *(k == CFG_PARTITION_MAX_RCU ? &cfg->partition_max_rcu : &cfg->partition_max_wcu) =
+            (uint32_t)n;
+        return 0;
+    case CFG_SPLIT_SIZE:
+        if (parse_uint(v, 0, 16777216, &n, why, why_cap) < 0)
+            return -1;
+        cfg->split_size_mb = (uint32_t)n;
+        return 0;
+    case CFG_SPLIT_HEAT:
+        if (parse_uint(v, 0, 86400, &n, why, why_cap) < 0)
+            return -1;
+        cfg->split_heat_s = (uint32_t)n;
+        return 0;
     case CFG_REGION:
         return parse_name(v, cfg->region, sizeof cfg->region, "-", why, why_cap);
     case CFG_LOG_LEVEL:
@@ -375,6 +398,10 @@ void config_defaults(stratad_config *cfg)
     cfg->listen.port = 8000;
     cfg->initial_partitions = 4;
     cfg->throttle = true;
+    cfg->partition_max_rcu = 3000;
+    cfg->partition_max_wcu = 1000;
+    cfg->split_size_mb = 10240;
+    cfg->split_heat_s = 5;
     cfg->bootstrap_expect = 3;
     cfg->replace_after_s = 300;
     cfg->level = LOG_INFO;
@@ -834,6 +861,18 @@ static void print_key(FILE *f, const stratad_config *cfg, config_key k)
         break;
     case CFG_THROTTLE:
         fputs(cfg->throttle ? "true" : "false", f);
+        break;
+    case CFG_PARTITION_MAX_RCU:
+        fprintf(f, "%u", cfg->partition_max_rcu);
+        break;
+    case CFG_PARTITION_MAX_WCU:
+        fprintf(f, "%u", cfg->partition_max_wcu);
+        break;
+    case CFG_SPLIT_SIZE:
+        fprintf(f, "%u", cfg->split_size_mb);
+        break;
+    case CFG_SPLIT_HEAT:
+        fprintf(f, "%u", cfg->split_heat_s);
         break;
     case CFG_REGION:
         print_quoted(f, cfg->region);

@@ -23,6 +23,13 @@
  *                      (ProvisionedThroughputExceededException); false: consumed capacity
  *                      is still counted and reported, nothing is refused, as in DynamoDB
  *                      Local (benchmarks against peers that never throttle). Default true
+ *   partition_max_rcu  per-partition ceilings, units per second, 1..1000000 (default 3000
+ *   partition_max_wcu  and 1000, DynamoDB's); lower ones scale split tests down
+ *   split_size_mb      a partition whose data reaches this many MiB is split, 0..16777216
+ *                      (0: never; default 10240, DynamoDB's 10 GB)       (read in a cluster)
+ *   split_heat         a partition hot this many seconds in a row (consumption at 80% of its
+ *                      ceiling, or refused by it) is split, 0..86400 (0: never; default 5)
+ *                                                                        (read in a cluster)
  *   region             region in ARNs, [A-Za-z0-9-]{1,63} (default us-east-1)
  *   log_level          error | warn | info | debug (default info)
  * Flags only: --config FILE, --print-config, --help.
@@ -62,6 +69,10 @@ typedef enum {
     CFG_REPLACE_AFTER,
     CFG_INITIAL_PARTITIONS,
     CFG_THROTTLE,
+    CFG_PARTITION_MAX_RCU,
+    CFG_PARTITION_MAX_WCU,
+    CFG_SPLIT_SIZE,
+    CFG_SPLIT_HEAT,
     CFG_REGION,
     CFG_LOG_LEVEL,
     CFG_KEY_COUNT
@@ -91,6 +102,9 @@ typedef struct {
     uint32_t replace_after_s;
     int initial_partitions;
     bool throttle;
+    uint32_t partition_max_rcu, partition_max_wcu;
+    uint32_t split_size_mb; /* 0: no split for size */
+    uint32_t split_heat_s;  /* 0: no split for heat */
     log_level level;
     char region[64];
 

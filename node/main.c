@@ -65,6 +65,8 @@ static void cluster_settings_fill(cluster_settings *cs, const stratad_config *cf
         .bootstrap = cfg->bootstrap,
         .bootstrap_expect = cfg->bootstrap_expect,
         .replace_after_ms = (uint64_t)cfg->replace_after_s * 1000,
+        .split_size_bytes = (uint64_t)cfg->split_size_mb << 20,
+        .split_heat_ms = (uint64_t)cfg->split_heat_s * 1000,
         .join = cs->join,
         .n_join = (size_t)cfg->join_count,
     };
@@ -136,6 +138,7 @@ int main(int argc, char **argv)
         return 1;
     }
     capacity_set_enforcing(router_capacity(r), cfg.throttle);
+    capacity_set_ceilings(router_capacity(r), cfg.partition_max_rcu, cfg.partition_max_wcu);
 
     http_server_options ho;
     http_server_options_default(&ho);

@@ -70,12 +70,14 @@ class Node:
         self.log = os.path.join(self.dir, "log")
         self.seed = seed_pport
         self.proc = None
+        self.initial_partitions = 4
+        self.extra = []  # more stratad flags (tests that import this module)
 
     def start(self, stratad):
         cmd = [stratad, "--node-id", str(self.id), "--az", self.az, "--host-label",
                "h%d" % self.id, "--listen", "127.0.0.1:%d" % self.cport, "--peer-listen",
                "127.0.0.1:%d" % self.pport, "--data-dir", os.path.join(self.dir, "data"),
-               "--initial-partitions", "4"]
+               "--initial-partitions", str(self.initial_partitions)] + self.extra
         cmd += ["--bootstrap"] if self.id == 1 else ["--join", "127.0.0.1:%d" % self.seed]
         with open(self.log, "a") as f:
             self.proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT,

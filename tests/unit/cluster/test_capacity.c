@@ -318,6 +318,81 @@ static void test_hot_key_and_metrics(void **state)
     capacity_free(c);
 }
 
+/* One write of 1 WCU on partition 3 at `now` with key hash `h`: 1 admitted, 0 refused. */
+static int put(capacity *c, const cap_table_conf *conf, uint64_t h, uint64_t now)
+{
+    if (capacity_admit(c, 1, 3, conf, CAP_WRITE, 0, now, NULL) < 0)
+        return 0;
+    capacity_charge(c, 1, 3, CAP_WRITE, U, 0, true, h, now);
+    return 1;
+}
+
+/* Writes every `every` ms over (from, to], keys spread over the hash space (or one key). */
+static int writes(capacity *c, const cap_table_conf *conf, uint64_t from, uint64_t to,
+                  uint64_t every, bool one_key)
+{
+    int n = 0;
+    for (uint64_t t = from + every; t <= to; t += every)
+        n += put(c, conf, one_key ? 0x5555 : t * 0x9E3779B97F4A7C15ull, t);
+    return n;
+}
+
+static void test_heat(void **state)
+{
+    (void)state;
+    capacity *c = capacity_new();
+    capacity_set_ceilings(c, 30, 10); /* 10 WCU per partition */
+    cap_table_conf conf = {.on_demand = true, .n_partitions = 1, .n_local = 1};
+    /* 20 writes/s against a ceiling of 10: refused, hot from the first full window on. */
+    int ok = writes(c, &conf, 0, 6000, 50, false);
+    assert_true(ok >= 60 && ok <= 75); /* ~10/s after the first second's full bucket */
+    uint64_t hot = capacity_hot_ms(c, 3, 6000);
+    assert_true(hot >= 4000 && hot <= 6000);
+    uint64_t at = 0;
+    assert_int_equal(capacity_split_point(c, 3, 0, UINT64_MAX, &at), SPLIT_POINT_FOUND);
+    assert_true(at > 0x4000000000000000ull && at < 0xC000000000000000ull);
+    /* Half the ceiling (5/s): cool after the next window closes. */
+    writes(c, &conf, 6000, 9000, 200, false);
+    assert_int_equal(capacity_hot_ms(c, 3, 9000), 0);
+    /* Hot again, then idle: an idle window ends the run. */
+    writes(c, &conf, 9000, 13000, 50, false);
+    assert_true(capacity_hot_ms(c, 3, 13000) >= 2000);
+    assert_int_equal(capacity_hot_ms(c, 3, 15500), 0);
+    /* A restart of the story (after a split): nothing hot, nothing sampled. */
+    writes(c, &conf, 15500, 19000, 50, false);
+    assert_true(capacity_hot_ms(c, 3, 19000) >= 1000);
+    capacity_heat_reset(c, 3);
+    assert_int_equal(capacity_hot_ms(c, 3, 19000), 0);
+    assert_int_equal(capacity_split_point(c, 3, 0, UINT64_MAX, &at), SPLIT_POINT_TOO_FEW);
+    /* One key taking it all: hot, and a hot key, not a split point. */
+    writes(c, &conf, 19000, 25000, 50, true);
+    assert_true(capacity_hot_ms(c, 3, 25000) >= 4000);
+    assert_int_equal(capacity_split_point(c, 3, 0, UINT64_MAX, &at), SPLIT_POINT_HOT_KEY);
+    assert_int_equal(at, 0x5555);
+    assert_int_equal(capacity_hot_ms(c, 99, 25000), 0); /* never seen */
+    capacity_free(c);
+}
+
+/* With throttling off nothing is refused: consumption at the ceiling is what is hot. */
+static void test_heat_lenient(void **state)
+{
+    (void)state;
+    capacity *c = capacity_new();
+    capacity_set_enforcing(c, false);
+    capacity_set_ceilings(c, 0, 10); /* 0: DynamoDB's read ceiling */
+    cap_table_conf conf = {.on_demand = true, .n_partitions = 1, .n_local = 1};
+    assert_int_equal(writes(c, &conf, 0, 5000, 50, false), 100);
+    assert_true(capacity_hot_ms(c, 3, 5000) >= 3000);
+    /* 7/s is under 80% of 10: not hot. */
+    capacity_free(c);
+    c = capacity_new();
+    capacity_set_enforcing(c, false);
+    capacity_set_ceilings(c, 0, 10);
+    writes(c, &conf, 0, 5000, 143, false);
+    assert_int_equal(capacity_hot_ms(c, 3, 5000), 0);
+    capacity_free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -331,6 +406,8 @@ int main(void)
         cmocka_unit_test(test_unseen_partitions_lend),
         cmocka_unit_test(test_reservation),
         cmocka_unit_test(test_hot_key_and_metrics),
+        cmocka_unit_test(test_heat),
+        cmocka_unit_test(test_heat_lenient),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

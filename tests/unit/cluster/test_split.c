@@ -122,6 +122,66 @@ static void test_split_point(void **state)
     assert_false(split_hash_valid(4, 9, 10));
 }
 
+/* Even traffic over [0, 2^64): the weighted cut lands near the middle, between samples. */
+static void test_weighted_even(void **state)
+{
+    (void)state;
+    split_sample s[256];
+    for (size_t i = 0; i < 256; i++)
+        s[255 - i] = (split_sample){.hash = (uint64_t)i << 56 | 0x1234, .weight = 10};
+    uint64_t at = 0;
+    assert_int_equal(split_weighted(s, 256, 0, UINT64_MAX, 32, 50, &at), SPLIT_POINT_FOUND);
+    /* 128 samples below, 128 at or above: the cut is half-way between 127<<56 and 128<<56. */
+    assert_true(at > ((uint64_t)127 << 56 | 0x1234) && at <= ((uint64_t)128 << 56 | 0x1234));
+}
+
+/* Weight, not count: one heavy region pulls the cut into it. */
+static void test_weighted_skew(void **state)
+{
+    (void)state;
+    split_sample s[100];
+    for (size_t i = 0; i < 100; i++)
+        s[i] = (split_sample){.hash = 1000 + i * 10, .weight = i >= 90 ? 100 : 1};
+    /* total 90 + 1000; the ten heavy samples at 1900..1990 hold most: the cut falls
+     * among them (five heavy on each side is the most even). */
+    uint64_t at = 0;
+    assert_int_equal(split_weighted(s, 100, 0, 1 << 20, 32, 50, &at), SPLIT_POINT_FOUND);
+    assert_true(at > 1930 && at <= 1950);
+}
+
+/* One key with half the weight is a hot key; samples outside the range do not count;
+ * too few samples give no answer. */
+static void test_weighted_hot_and_few(void **state)
+{
+    (void)state;
+    split_sample s[64];
+    for (size_t i = 0; i < 64; i++)
+        s[i] = (split_sample){.hash = i % 2 ? 5000 : 100 + i, .weight = 3};
+    uint64_t at = 0;
+    assert_int_equal(split_weighted(s, 64, 0, 10000, 32, 50, &at), SPLIT_POINT_HOT_KEY);
+    assert_int_equal(at, 5000);
+    /* Without the hot key's range, the rest is 32 distinct keys: a cut. */
+    for (size_t i = 0; i < 64; i++)
+        s[i] = (split_sample){.hash = i % 2 ? 5000 : 100 + i, .weight = 3};
+    assert_int_equal(split_weighted(s, 64, 0, 4999, 32, 50, &at), SPLIT_POINT_FOUND);
+    assert_true(at > 100 && at <= 162);
+    for (size_t i = 0; i < 64; i++)
+        s[i] = (split_sample){.hash = i % 2 ? 5000 : 100 + i, .weight = 3};
+    assert_int_equal(split_weighted(s, 64, 0, 4999, 33, 50, &at), SPLIT_POINT_TOO_FEW);
+    /* One distinct hash under the hot share (share 101%: never hot): nothing to cut. */
+    for (size_t i = 0; i < 64; i++)
+        s[i] = (split_sample){.hash = 7, .weight = 1};
+    assert_int_equal(split_weighted(s, 64, 0, 100, 1, 101, &at), SPLIT_POINT_TOO_FEW);
+    /* Zero weights are ignored. */
+    for (size_t i = 0; i < 64; i++)
+        s[i] = (split_sample){.hash = i, .weight = 0};
+    assert_int_equal(split_weighted(s, 64, 0, 100, 1, 50, &at), SPLIT_POINT_TOO_FEW);
+    /* Two keys at the ends of a two-hash range: the child gets the upper one. */
+    split_sample two[2] = {{.hash = 9, .weight = 1}, {.hash = 8, .weight = 1}};
+    assert_int_equal(split_weighted(two, 2, 8, 9, 2, 60, &at), SPLIT_POINT_FOUND);
+    assert_int_equal(at, 9);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -129,6 +189,9 @@ int main(void)
         cmocka_unit_test(test_cmd_rules),
         cmocka_unit_test(test_range_roundtrip),
         cmocka_unit_test(test_split_point),
+        cmocka_unit_test(test_weighted_even),
+        cmocka_unit_test(test_weighted_skew),
+        cmocka_unit_test(test_weighted_hot_and_few),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
