@@ -15,7 +15,8 @@
  *   MSG_PART_READ     varint partition | u8 consistent | varint min index | u64be hash_lo |
  *                     u64be hash_hi (the range the caller expects the replica to serve) |
  *                     raw read request -> raw result
- *   MSG_GROUP_STATUS  varint partition -> u8 caught up (for promoting a learner)
+ *   MSG_GROUP_STATUS  varint partition -> u8 bits: caught up (for promoting a learner),
+ *                     feeds a joiner a whole state (before an empty replica joins)
  *   MSG_PART_STATS    item counts and sizes of the partitions the sender leads
  *                     (cluster/pstats.h), every STATS_PUSH_MS        (fire and forget)
  *   MSG_SNAP_CHUNK    varint partition | varint session | start key -> varint applied
@@ -111,6 +112,13 @@ enum {
 #define AUTO_SPLIT_RETRY_MS  2000 /* a partition's leader asks for a split at most this often */
 #define HOT_KEY_SAY_MS       60000 /* a hot key that blocks a split is logged this often */
 #define ENTRY_WRITE          0xFE /* log entry: u8 0xFE | u64be key hash | write command */
+/* Log entry of a child's leader (snapshots_tick): changes no data, records its index in the
+ * engine. 0xFF starts no protobuf message (as SPLIT_CMD_MAGIC0); 'N' is not the SPLIT's. */
+#define ENTRY_CHILD_NOOP0 0xFF
+#define ENTRY_CHILD_NOOP1 'N'
+#define JOIN_CHECK_MS     250 /* an empty replica asks the members again this often */
+#define STATUS_CAUGHT_UP  1   /* MSG_GROUP_STATUS answer bits */
+#define STATUS_FEEDS_WHOLE 2
 /* The result of a write whose key the partition no longer owns (a split moved it): not
  * applied, so the router sends it again to the partition that owns it now. 0xFF starts
  * no protobuf message (field 31, wire type 7), so no PartitionWriteResult looks like it. */
@@ -143,7 +151,20 @@ typedef struct lpart {
     uint64_t hot_key_said;   /* leader: when it last reported a hot key that blocks one */
     bool child_flushing;     /* child: flushing before its first compaction */
     uint64_t child_compact;  /* child: durable up to here, compact (all) at it */
+    bool child_noop;         /* child leader: its no-op entry is in flight */
 } lpart;
+
+/* An empty replica about to join a partition asks the partition's other members whether
+ * the log they could send it rebuilds the state (start_replica, join_allowed). */
+typedef struct join_check {
+    struct join_check *next;
+    struct rcluster *c;
+    uint64_t pid;
+    uint64_t asked_ms;    /* when the round of questions went out */
+    uint64_t answered_ms; /* when its last answer came (0: still waiting) */
+    unsigned pending;     /* answers still to come */
+    bool refused;      /* a member may send entry 1 of a child, or did not answer */
+} join_check;
 
 /* A snapshot copy into this node (fsm.install). */
 typedef struct install {
@@ -271,6 +292,7 @@ struct rcluster {
     op *live; /* every op alive */
     install *installs;
     session *sessions;
+    join_check *join_checks;
     uint64_t last_compact;
     size_t memtable_bytes;
     uint64_t replace_after_ms;   /* replicas of a node DOWN this long are re-created */
@@ -1280,6 +1302,24 @@ static int apply_split(rcluster *c, lpart *lp, uint64_t index, const void *cmd, 
     return RAFT_HOST_APPLY_BUSY;
 }
 
+/* A child leader's no-op entry: records its index in the engine (an empty batch), so a
+ * child that gets no write still has a durable index past 1 to compact its log at. */
+static int apply_child_noop(rcluster *c, lpart *lp, uint64_t index)
+{
+    strata_err err;
+    lsm_batch *b = lsm_batch_new();
+    int rc = b != NULL ? lsm_write(c->engine, b, lp->id, index, &err) : -1;
+    lsm_batch_free(b);
+    if (rc == 0)
+        return 0;
+    if (b != NULL && err.code == ERR_BUSY) {
+        lp->busy = true;
+        lsm_on_writable(c->engine, on_engine_writable, c);
+        return RAFT_HOST_APPLY_BUSY;
+    }
+    return -1;
+}
+
 static int apply_partition(rcluster *c, uint64_t group, uint64_t index, const void *cmd, size_t len,
                            void **result, size_t *result_len)
 {
@@ -1291,6 +1331,8 @@ static int apply_partition(rcluster *c, uint64_t group, uint64_t index, const vo
     const uint8_t *b = cmd;
     if (split_cmd_is(b, len))
         return apply_split(c, lp, index, cmd, len);
+    if (len == 2 && b[0] == ENTRY_CHILD_NOOP0 && b[1] == ENTRY_CHILD_NOOP1)
+        return apply_child_noop(c, lp, index);
     bool has_hash = len >= 9 && b[0] == ENTRY_WRITE;
     uint64_t h = has_hash ? get_be64(b + 1) : 0;
     if (has_hash) {
@@ -1900,10 +1942,42 @@ static void on_child_flushed(void *arg, const strata_err *err)
     lpart *lp = lpart_find(f->c, f->pid);
     if (lp != NULL) {
         lp->child_flushing = false;
+        /* The engine's durable index counts only entries it applied (writes, the no-op),
+         * not barriers: a restart starts the state machine there, so the log must not
+         * start above it. */
         if (err == NULL || err->code == ERR_NONE)
-            lp->child_compact = f->index;
+            lp->child_compact = lsm_durable_index(f->c->engine, f->pid);
     }
     free(f);
+}
+
+static void on_child_noop(void *data, const raft_host_outcome *out)
+{
+    split_flush *f = data;
+    (void)out;
+    lpart *lp = lpart_find(f->c, f->pid);
+    if (lp != NULL)
+        lp->child_noop = false;
+    free(f);
+}
+
+/* The leader of a child that applied no entry past its first submits a no-op, so the
+ * child gets an engine index above 1 to compact at even without writes. */
+static void child_noop(rcluster *c, lpart *lp)
+{
+    if (lp->child_noop || lsm_applied_index(c->engine, lp->id) >= 2 ||
+        !raft_host_is_leader(c->host, lp->id))
+        return;
+    split_flush *f = malloc(sizeof *f);
+    if (f == NULL)
+        return;
+    *f = (split_flush){.c = c, .pid = lp->id};
+    const uint8_t cmd[2] = {ENTRY_CHILD_NOOP0, ENTRY_CHILD_NOOP1};
+    if (raft_host_submit(c->host, lp->id, cmd, sizeof cmd, on_child_noop, f, NULL) < 0) {
+        free(f);
+        return;
+    }
+    lp->child_noop = true;
 }
 
 /* Periodic: compacts logs up to what the engine holds durably, ends idle sessions. */
@@ -1916,9 +1990,11 @@ static void snapshots_tick(rcluster *c)
             session_free(c, s);
     }
     /* A child's log does not rebuild its state (the parent's log made it): compacting it
-     * whole early sends every replica that joins later a copy instead. The point must be
-     * above index 1 (Raft sends a follower that lacks entry 1 entries from 1, not the
-     * snapshot) and durable: the engine is flushed first. */
+     * whole early sends every replica that joins later a copy instead (a replica joins
+     * only once every member has: join_allowed). The point must be above index 1 (Raft
+     * sends a follower that lacks entry 1 entries from 1, not the snapshot; C-Raft 0.22
+     * sends nothing at all for a point at 1), durable (the engine is flushed first), and
+     * an index the engine applied: the no-op gives a child without writes one. */
     for (size_t i = 0; i < c->n_parts; i++) {
         lpart *lp = &c->parts[i];
         raft_host_group_stats st;
@@ -1926,14 +2002,15 @@ static void snapshots_tick(rcluster *c)
             raft_host_group_info(c->host, lp->id, &st, NULL) < 0 || st.installing || st.failed ||
             st.snapshot_index >= 2)
             continue;
+        child_noop(c, lp);
         if (lp->child_compact >= 2) {
             raft_host_compact_all(c->host, lp->id, lp->child_compact, NULL);
             lp->child_compact = 0;
-        } else if (st.applied_index >= 2) {
+        } else if (lsm_applied_index(c->engine, lp->id) >= 2) {
             split_flush *f = malloc(sizeof *f);
             if (f == NULL)
                 continue;
-            *f = (split_flush){.c = c, .pid = lp->id, .index = st.applied_index};
+            *f = (split_flush){.c = c, .pid = lp->id};
             lp->child_flushing = true;
             lsm_flush(c->engine, on_child_flushed, f);
         }
@@ -2158,15 +2235,40 @@ static void auto_splits(rcluster *c)
     }
 }
 
-/* MSG_GROUP_STATUS: varint partition -> u8 caught_up. A replica is caught up when it
- * follows a known leader, is not copying a snapshot, and applied all it knows committed. */
+/* Whether a replica joining `pid` empty may be fed by this node: a child's log from index 1
+ * lacks the parent's data, so a replica of a child whose log still holds entry 1 (not yet
+ * compacted whole) must not be the leader that feeds a joiner. A child's record without a
+ * started replica (a restart in progress) counts as such a replica; no replica at all, or
+ * one of a partition whose log rebuilds it (its first configuration, a copy), does not. A
+ * replica that applied no SPLIT yet cannot lead the child against members that hold its
+ * committed entries past 1 (Raft's election rule), so it needs no answer of its own. */
+static bool replica_feeds_whole(rcluster *c, uint64_t pid)
+{
+    lpart *lp = lpart_find(c, pid);
+    if (lp == NULL) {
+        split_range rg;
+        int have = range_read(c, pid, &rg);
+        return have == 0 || (have == 1 && rg.n_members == 0);
+    }
+    raft_host_group_stats st;
+    return !lp->child || (raft_host_group_info(c->host, pid, &st, NULL) == 0 &&
+                          st.snapshot_index >= 2 && st.first_index > 2);
+}
+
+/* MSG_GROUP_STATUS: varint partition -> u8 bits. STATUS_CAUGHT_UP: the replica follows a
+ * known leader, is not copying a snapshot, and applied all it knows committed (promotion).
+ * STATUS_FEEDS_WHOLE: replica_feeds_whole (an empty replica's join, join_allowed). */
 static void serve_group_status(rcluster *c, const uint8_t *data, size_t len, rpc_responder *resp)
 {
     rd r;
     rd_init(&r, data, len);
     uint64_t pid = rd_varint(&r);
-    uint8_t ok = !r.failed && local_replica_fresh(c, pid, 0);
-    rpc_respond(resp, &ok, 1, NULL);
+    uint8_t bits = 0;
+    if (!r.failed && local_replica_fresh(c, pid, 0))
+        bits |= STATUS_CAUGHT_UP;
+    if (!r.failed && replica_feeds_whole(c, pid))
+        bits |= STATUS_FEEDS_WHOLE;
+    rpc_respond(resp, &bits, 1, NULL);
 }
 
 static void on_sched_done(void *ctx, const strata_err *err, const uint8_t *res, size_t len)
@@ -2199,7 +2301,7 @@ static void on_group_status(void *ctx, int status, const strata_err *err, const 
     rcluster *c = p->c;
     (void)err;
     c->sched_busy = false;
-    if (status == 0 && len == 1 && data[0] == 1 && !c->closing) {
+    if (status == 0 && len == 1 && (data[0] & STATUS_CAUGHT_UP) && !c->closing) {
         meta_cmd cmd = {.kind = META_CMD_PROMOTE,
                         .partition_id = p->pid,
                         .epoch = p->epoch,
@@ -3123,6 +3225,85 @@ static int start_replica_group(rcluster *c, lpart *lp, const meta_partition *mp,
                : raft_host_join_group(c->host, id, applied, err);
 }
 
+static void join_check_free(rcluster *c, join_check *jc)
+{
+    for (join_check **pp = &c->join_checks; *pp != NULL; pp = &(*pp)->next)
+        if (*pp == jc) {
+            *pp = jc->next;
+            break;
+        }
+    free(jc);
+}
+
+static void on_join_status(void *ctx, int status, const strata_err *err, const uint8_t *data,
+                           size_t len)
+{
+    join_check *jc = ctx;
+    (void)err;
+    jc->pending--;
+    if (status != 0 || len != 1 || !(data[0] & STATUS_FEEDS_WHOLE))
+        jc->refused = true;
+    if (jc->pending == 0 && !jc->c->closing) {
+        jc->answered_ms = now_ms(jc->c);
+        kick(jc->c); /* reconcile again with the answers */
+    }
+}
+
+/* A replica that starts empty and joins `mp` is fed by whichever member leads: if that is
+ * a replica of a child whose log still holds entry 1, it sends the log from index 1, which
+ * rebuilds the child without its parent's data. So the replica joins only once every
+ * reachable member answered that it would send a copy instead (replica_feeds_whole; a
+ * child's replicas compact its log whole early, snapshots_tick). One round of questions
+ * at a time, at most every JOIN_CHECK_MS; a member that does not answer refuses. An
+ * unreachable member is not asked: it leads nobody now, and a child's replica compacts
+ * its log whole once it applies an entry, before it can lead a joiner in practice. */
+static bool join_allowed(rcluster *c, const meta_partition *mp)
+{
+    join_check *jc = c->join_checks;
+    while (jc != NULL && jc->pid != mp->id)
+        jc = jc->next;
+    uint64_t now = now_ms(c);
+    if (jc != NULL && jc->pending > 0)
+        return false;
+    if (jc != NULL && !jc->refused && jc->answered_ms != 0 &&
+        now - jc->answered_ms < JOIN_CHECK_MS) {
+        join_check_free(c, jc); /* a fresh round said yes */
+        return true;
+    }
+    if (jc != NULL && now - jc->asked_ms < JOIN_CHECK_MS)
+        return false;
+    if (jc == NULL) {
+        jc = calloc(1, sizeof *jc);
+        if (jc == NULL)
+            return false;
+        *jc = (join_check){.next = c->join_checks, .c = c, .pid = mp->id};
+        c->join_checks = jc;
+    }
+    jc->asked_ms = now;
+    jc->answered_ms = 0;
+    jc->refused = false;
+    buf b;
+    buf_init(&b, 0);
+    buf_put_varint(&b, mp->id);
+    for (uint32_t k = 0; k < mp->n_members && !b.failed; k++) {
+        uint64_t node = mp->members[k].node;
+        strata_err err;
+        if (node == c->self || !node_usable(c, node))
+            continue;
+        if (rpc_call(c->rpc, node, MSG_GROUP_STATUS, b.data, b.len, ATTEMPT_DEADLINE_MS,
+                     on_join_status, jc, &err) < 0)
+            jc->refused = true;
+        else
+            jc->pending++;
+    }
+    jc->refused = jc->refused || b.failed;
+    buf_free(&b);
+    if (jc->pending > 0 || jc->refused)
+        return false;
+    join_check_free(c, jc); /* nobody else to ask */
+    return true;
+}
+
 /* Starts a replica the map gives this node. Its range is its record's (the range as of
  * its applied state), else the map's, recorded now. It waits while a local replica of
  * the same table still serves part of that range: a parent that has not applied the
@@ -3131,7 +3312,8 @@ static int start_replica_group(rcluster *c, lpart *lp, const meta_partition *mp,
  * (its parent was replaced by a copy taken after the split, or leftovers of an earlier
  * replica) wipes it first and starts empty, like any replica added by a move: the log
  * rebuilds an original partition, and a child's replicas compact the child's log whole
- * early (snapshots_tick), so a replica joining a child gets a full copy. */
+ * early (snapshots_tick), and an empty replica joins only once they all did
+ * (join_allowed), so a replica joining a child gets a full copy. */
 static void start_replica(rcluster *c, const meta_partition *mp, meta_role role)
 {
     split_range rg;
@@ -3146,6 +3328,9 @@ static void start_replica(rcluster *c, const meta_partition *mp, meta_role role)
         d.hash_hi = rg.hash_hi;
     }
     if (local_overlap(c, mp->id, d.table_id, d.hash_lo, d.hash_hi))
+        return;
+    bool bootstraps = (have && rg.n_members > 0) || (mp->epoch == 1 && role == META_VOTER);
+    if (!bootstraps && lsm_durable_index(c->engine, mp->id) == 0 && !join_allowed(c, mp))
         return;
     strata_err err;
     if (!have) {
@@ -4325,6 +4510,8 @@ void rcluster_close(rcluster *c)
     assert(c->live == NULL);
     while (c->installs != NULL)
         install_free(c, c->installs);
+    while (c->join_checks != NULL) /* rpc_close answered every question */
+        join_check_free(c, c->join_checks);
     meta_free(c->meta);
     catalog_free(c->cat);
     capacity_free(c->cap);

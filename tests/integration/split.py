@@ -12,9 +12,15 @@ Usage: split.py STRATAD [STRATA]
  4. All nodes restart: the same checks hold.
  5. A child is split again under load (with `strata partition split` when STRATA is
     given): the same checks hold. DescribeTable's ItemCount counts every item throughout.
- 6. A fourth node (az1) joins: the scheduler moves replicas of parents and children to it
-    (a replica joining a child gets a copy: the child's log alone does not rebuild it, so
-    the child's log is compacted whole early); the same checks hold on all four nodes.
+ 6. With no load, a partition is split: its child gets no write (its leader's no-op
+    lets it compact its log whole, at an index the engine applied); all nodes restart (a
+    child compacted at a barrier's index could not: "the state machine is at 1 but the log
+    starts at 3"): the same checks hold.
+ 7. Another idle split, and at once a fourth node (az1) joins: the scheduler moves
+    replicas of parents and children (the idle one among them, maybe before its log is
+    compacted whole) to it. A replica joining a child gets a copy: the child's log alone
+    does not rebuild it, so the child's log is compacted whole early and an empty replica
+    joins only once every member did; the same checks hold on all four nodes.
 Every wait polls a condition with a deadline.
 """
 import json
@@ -326,6 +332,24 @@ def main():
         log("split of child %d (-> %d) under load in %.1f s, 0 client errors"
             % (children[0], grandchild, split2_s))
         check_all(nodes, acked, "after splitting a child")
+
+        def compacted_whole(pid):
+            for n in nodes:
+                p = [p for p in table_parts(n) if p["id"] == pid]
+                if not p or p[0].get("local", {}).get("snapshot_index", 0) < 2:
+                    return False
+            return True
+        idle = split(nodes[2], parents[1])
+        poll(lambda: settled(nodes, 10), "10 partitions led and served everywhere")
+        poll(lambda: compacted_whole(idle), "idle child %d compacted whole everywhere" % idle)
+        for n in nodes:
+            n.stop()
+        for n in nodes:
+            n.start(stratad)
+        poll(lambda: all((n.admin() or {}).get("ready") for n in nodes), "3 nodes ready again")
+        poll(lambda: settled(nodes, 10), "10 partitions led after the restart (idle child)")
+        check_all(nodes, acked, "after an idle split and a restart")
+        idle2 = split(nodes[0], parents[2])
         t0 = time.time()
         fourth.start(stratad)
         nodes.append(fourth)
@@ -336,7 +360,11 @@ def main():
             parts = [p for p in a.get("partitions", []) if p["table"] == TABLE]
             return (reps.get(4, 0) >= 4 and abs(reps.get(1, 0) - reps.get(4, 0)) <= 1 and
                     all(len(p["members"]) == 3 for p in parts))
+        poll(lambda: len(table_parts(nodes[0])) == 11, "the second idle split in the map")
         poll(moved, "replicas spread to node 4 (children among them)", 120)
+        log("idle children %d, %d; node 4 holds %s" % (idle, idle2, sorted(
+            p["id"] for p in table_parts(nodes[0]) if any(
+                m == 4 for m in p["members"]))))
         log("join: node 4 received %d replicas (children among them, by copy) in %.1f s"
             % ((nodes[0].admin() or {"nodes": []})["nodes"][3]["replicas"], time.time() - t0))
         check_all(nodes, acked, "after moving replicas to a new node")
