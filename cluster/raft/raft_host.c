@@ -108,6 +108,18 @@ typedef struct group {
     uint64_t transfer_to;
     raft_host_done_cb transfer_cb;
     void *transfer_data;
+    /* A replica that joined empty (raft_host_join_group with nothing stored) may have been
+     * a member before, been removed and had its replica dropped: it remembers nothing of
+     * what it acknowledged then. The first configurations it is sent (a snapshot point
+     * or log entries from before its removal) can name it a voter of an old group whose
+     * other members lag, and with it those would make a second majority next to the
+     * real one (tests/sim --rejoin). So until its log has caught up with a leader's
+     * commit index (Raft's removal was then committed before that index, and the
+     * configuration it holds is at least as new) under a configuration naming it, it
+     * neither campaigns nor votes (see confirm_check). */
+    bool unconfirmed;
+    bool snap_marked;    /* the stored snapshot point says "unconfirmed" (see meta_encode) */
+    uint64_t hold_until; /* an unconfirmed follower's swallowed election timeout: next check */
 } group;
 
 struct raft_host {
@@ -881,7 +893,12 @@ static int conf_encode(const struct raft_configuration *c, uint8_t **out, size_t
 }
 
 /* Snapshot metadata as storage keeps it (opaque there): the configuration index as 8
- * little-endian bytes, then the encoded configuration. */
+ * little-endian bytes, then the encoded configuration. The index's top bit (never set by
+ * a real index) marks a point installed by an unconfirmed replica (group.unconfirmed), so
+ * that it restarts unconfirmed; points written before this bit existed read as
+ * confirmed. */
+#define META_UNCONFIRMED (1ull << 63)
+
 static uint8_t *meta_encode(uint64_t conf_index, const uint8_t *conf, size_t conf_len, size_t *len)
 {
     uint8_t *m = malloc(8 + conf_len);
@@ -1032,7 +1049,8 @@ static int compact_at(group *g, uint64_t index, unsigned trailing, strata_err *e
     memset(&ev, 0, sizeof ev);
     uint8_t *conf = malloc(clen ? clen : 1);
     size_t mlen = 0;
-    uint8_t *meta = meta_encode(conf_index, cb, clen, &mlen);
+    uint8_t *meta =
+        meta_encode(conf_index | (g->unconfirmed ? META_UNCONFIRMED : 0), cb, clen, &mlen);
     if (conf == NULL || meta == NULL ||
         conf_decode(cb, clen, &ev.snapshot.metadata.configuration)) {
         free(conf);
@@ -1052,6 +1070,7 @@ static int compact_at(group *g, uint64_t index, unsigned trailing, strata_err *e
         return strata_err_set(err, ERR_UNAVAILABLE, "group %" PRIu64 " stopped", g->id);
     }
     set_snap_point(g, index, term, conf_index, conf, clen);
+    g->snap_marked = g->unconfirmed;
     if (keep_from > g->log_first)
         log_drop_prefix(g, keep_from);
     raft_host_snapshot sp = {.index = index,
@@ -1072,6 +1091,9 @@ static int compact_at(group *g, uint64_t index, unsigned trailing, strata_err *e
 static uint64_t group_deadline(const group *g)
 {
     uint64_t d = raft_timeout((struct raft *)&g->raft);
+    if (d != 0 && g->hold_until > d && g->unconfirmed &&
+        raft_state((struct raft *)&g->raft) == RAFT_FOLLOWER)
+        d = g->hold_until; /* a swallowed election timeout (tick_in) */
     if (g->install_retry_at != 0 && (d == 0 || g->install_retry_at < d))
         d = g->install_retry_at;
     return d;
@@ -1183,7 +1205,9 @@ static int install_adopt(group *g, uint64_t applied, strata_err *err)
 {
     g->install_applied = applied > g->inst.index ? applied : g->inst.index;
     size_t mlen = 0;
-    uint8_t *meta = meta_encode(g->inst.configuration_index, g->inst_conf, g->inst_conf_len, &mlen);
+    uint64_t ci = g->inst.configuration_index | (g->unconfirmed ? META_UNCONFIRMED : 0);
+    g->snap_marked = g->unconfirmed;
+    uint8_t *meta = meta_encode(ci, g->inst_conf, g->inst_conf_len, &mlen);
     if (meta == NULL) {
         group_fail(g, ERR_NOMEM, "snapshot point");
         return strata_err_set(err, ERR_NOMEM, "snapshot point");
@@ -1406,6 +1430,8 @@ static int load_snapshot_point(group *g, const raft_host_loaded *ld, uint64_t ap
                               g->id, applied, ld->start_index, ld->snapshot_index);
     }
     memcpy(conf, (const uint8_t *)ld->snapshot_meta + 8, ld->snapshot_meta_len - 8);
+    g->snap_marked = (ci & META_UNCONFIRMED) != 0;
+    ci &= ~META_UNCONFIRMED;
     set_snap_point(g, ld->snapshot_index, ld->snapshot_term, ci, conf, ld->snapshot_meta_len - 8);
     m->index = ld->snapshot_index;
     m->term = ld->snapshot_term;
@@ -1510,6 +1536,9 @@ static int start_group_in(raft_host *h, uint64_t group_id, const uint64_t *membe
         return -1;
     }
 
+    /* Nothing stored (or only a term and vote), or a snapshot point installed while
+     * unconfirmed: see group.unconfirmed. */
+    g->unconfirmed = g->snap_marked || (join && (!loaded || (ld.n == 0 && ld.snapshot_index == 0)));
     size_t ne = loaded ? ld.n : join ? 0 : 1;
     struct raft_entry *ents = raft_calloc(ne ? ne : 1, sizeof *ents);
     int rc = ents == NULL ? -1 : 0;
@@ -1624,6 +1653,68 @@ static void trim_below_snapshot(group *g, struct raft_message *m)
     a->prev_log_term = g->snap_term;
 }
 
+/* The snapshot point again, without the "unconfirmed" mark (the replica was confirmed):
+ * a restart must not make it unconfirmed again, since a group whose voters all restart
+ * unconfirmed could never elect a leader. */
+static void snap_unmark(group *g)
+{
+    if (!g->snap_marked || g->h->cfg.storage.set_snapshot == NULL || g->snap_conf == NULL)
+        return;
+    size_t mlen = 0;
+    uint8_t *meta = meta_encode(g->snap_conf_index, g->snap_conf, g->snap_conf_len, &mlen);
+    if (meta == NULL) {
+        group_fail(g, ERR_NOMEM, "snapshot point");
+        return;
+    }
+    raft_host_snapshot sp = {.index = g->snap_index,
+                             .term = g->snap_term,
+                             .keep_from = g->log_first < g->snap_index + 1 ? g->log_first
+                                                                           : g->snap_index + 1,
+                             .replace_log = false,
+                             .meta = meta,
+                             .meta_len = mlen};
+    strata_err err;
+    int rc = write_snap_point(g, &sp, snap_write_done, &err);
+    free(meta);
+    if (rc != 0)
+        group_fail(g, ERR_IO, "storage refused the snapshot point");
+    else
+        g->snap_marked = false;
+}
+
+static bool conf_names(const struct raft_configuration *c, uint64_t id)
+{
+    for (unsigned i = 0; i < c->n; i++)
+        if (c->servers[i].id == id)
+            return true;
+    return false;
+}
+
+/*
+ * After an AppendEntries of term `term` from `from` (its last entry `last` of term
+ * `last_term`, the leader's commit index `commit`) was stepped: an unconfirmed replica is
+ * confirmed when it follows `from` in that term, its log ends at `last` and holds the
+ * same entry there (so, by Log Matching, it is the leader's log up to `last`), `last`
+ * reaches the leader's commit index, and its configuration names it. Its configuration
+ * is then the leader's at `last`: at least as new as every configuration committed when
+ * the leader sent the message, so newer than any that removed it before.
+ */
+static void confirm_check(group *g, uint64_t from, uint64_t term, uint64_t last, uint64_t last_term,
+                          uint64_t commit)
+{
+    if (!g->unconfirmed || g->failed || g->installing || raft_state(&g->raft) != RAFT_FOLLOWER ||
+        leader_of(g) != from || raft_current_term(&g->raft) != term || last < commit ||
+        raft_last_index(&g->raft) != last)
+        return;
+    const log_entry *le = log_at(g, last);
+    uint64_t t = le != NULL ? le->term : last != 0 && last == g->snap_index ? g->snap_term : 0;
+    if (t == 0 || t != last_term || !conf_names(&g->raft.configuration, g->h->cfg.node_id))
+        return;
+    g->unconfirmed = false;
+    g->hold_until = 0;
+    snap_unmark(g);
+}
+
 static int receive_in(raft_host *h, uint64_t from, uint64_t group_id, const void *msg, size_t len,
                       strata_err *err)
 {
@@ -1646,6 +1737,20 @@ static int receive_in(raft_host *h, uint64_t from, uint64_t group_id, const void
         raft_msg_free(owner); /* the leader sends it again */
         return 0;
     }
+    /* An unconfirmed replica neither votes (pre-votes included) nor campaigns when told
+     * to take over: the candidate or the leader goes on without it. */
+    if (g->unconfirmed && (m.type == RAFT_REQUEST_VOTE || m.type == RAFT_TIMEOUT_NOW)) {
+        raft_msg_free(owner);
+        return 0;
+    }
+    /* What confirm_check needs, taken before trimming (which may lower the commit). */
+    bool is_append = m.type == RAFT_APPEND_ENTRIES;
+    const struct raft_append_entries *ae = &m.append_entries;
+    uint64_t ae_term = is_append ? ae->term : 0, ae_commit = is_append ? ae->leader_commit : 0;
+    uint64_t ae_last = is_append ? ae->prev_log_index + ae->n_entries : 0;
+    uint64_t ae_last_term = !is_append          ? 0
+                            : ae->n_entries > 0 ? ae->entries[ae->n_entries - 1].term
+                                                : ae->prev_log_term;
     trim_below_snapshot(g, &m);
     struct raft_event ev;
     memset(&ev, 0, sizeof ev);
@@ -1665,6 +1770,8 @@ static int receive_in(raft_host *h, uint64_t from, uint64_t group_id, const void
     raft_msg_free(owner);
     if (rc != 0)
         return strata_err_set(err, ERR_UNAVAILABLE, "group %" PRIu64 " stopped", group_id);
+    if (is_append)
+        confirm_check(g, from, ae_term, ae_last, ae_last_term, ae_commit);
     return 0;
 }
 
@@ -1689,7 +1796,12 @@ static void tick_in(raft_host *h)
         if (g->installing && g->install_retry_at != 0 && g->install_retry_at <= now)
             install_call(g); /* a failed out-of-band copy, tried again */
         uint64_t t = raft_timeout(&g->raft);
-        if (t != 0 && t <= now) {
+        if (t != 0 && t <= now && g->unconfirmed && raft_state(&g->raft) == RAFT_FOLLOWER) {
+            /* An unconfirmed follower's election timeout: the core would campaign (its
+             * configuration may name it a voter). Swallowed; looked at again later. */
+            g->hold_until = now + h->cfg.election_timeout_ms;
+            g->deadline = group_deadline(g);
+        } else if (t != 0 && t <= now) {
             struct raft_event ev;
             memset(&ev, 0, sizeof ev);
             ev.type = RAFT_TIMEOUT;

@@ -58,6 +58,25 @@
  * as the change is in the leader's log): it keeps asking for pre-votes, which are refused
  * (its log lacks the change) and disturb nobody, until raft_host_stop_group - so stop it
  * once the removal is committed.
+ *
+ * Rejoining (issue #6/#8): a node removed from a group and whose replica was dropped may
+ * later get it back (join_group on an empty replica, then a move). It remembers nothing
+ * of what it acknowledged before, and the first configuration it is sent (the leader's
+ * snapshot point, or old log entries) may predate its removal and name it a voter of the
+ * old group: with a lagging member of that group it could win an election next to the
+ * real majority and overwrite committed entries. So a replica that starts empty through
+ * join_group is "unconfirmed": it never campaigns (nor takes over on a transfer) and
+ * ignores vote requests, until an AppendEntries of its leader's current term leaves its
+ * log ending at the message's last entry (matching it), at or beyond the leader's commit
+ * index, under a configuration that names it. The leader holds the change that re-added
+ * the node, so its commit index is at least the index of the change that removed it
+ * (changes are one at a time), and the replica's configuration is then newer. A snapshot
+ * point installed while unconfirmed is stored with a mark, so that a restart from it is
+ * unconfirmed again; the point is written again without it once confirmed.
+ * Not covered: a leader just restarted knows its commit index only from its snapshot
+ * point until it commits an entry of its term, so a lower bound it sends then may be
+ * older than the removal; and a joined replica that crashed while replaying old entries
+ * from index 1 (no snapshot point to mark) restarts confirmed.
  */
 #include <stdbool.h>
 #include <stddef.h>
@@ -399,7 +418,9 @@ int raft_host_configuration(const raft_host *h, uint64_t group, raft_host_member
  * Starts a replica of `group` that is NOT in the group's initial configuration (a learner
  * being added): if storage has nothing for the group, no bootstrap entry is written and
  * the replica starts empty, as a follower that never campaigns, and waits for the
- * leader's entries or snapshot (fsm.install) once a change adds it. If storage holds the
+ * leader's entries or snapshot (fsm.install) once a change adds it. It stays unconfirmed
+ * (no campaign, no vote: see "Rejoining" above) until it has caught up with a leader's
+ * commit index. If storage holds the
  * group (a joined replica restarting), it starts from that, as start_group does.
  * applied_index as for raft_host_start_group. Errors as raft_host_start_group.
  * Use it, not start_group, to restart a replica that joined: start_group would bootstrap

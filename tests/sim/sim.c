@@ -41,6 +41,12 @@
  *            and 50-350 ms later stop and drop the removed replica (log, engine state). Each
  *            step is read off the leader's configuration, so moves survive crashes, cuts and
  *            leader changes; a restarted joined replica comes back with join_group.
+ *   rejoin:  (--rejoin, implies --moves) as stratad when a drained node is re-activated: a
+ *            replica dropped by a move 5-35 ms after its removal is moved straight back to
+ *            the node it left, which joins empty; compaction points are 4 times sparser, so
+ *            the point the leader sends it often predates its removal and names it a voter
+ *            of the old group (issue #6/#8: without the host's "unconfirmed" rule, seeds 89
+ *            and 283 of 1-300 elect it next to the real majority).
  *   transfers: (--transfers) every 10-60 ms until the faults end, the leader of a random
  *            group hands its leadership to a random other node (raft_host_transfer), to a
  *            caught-up voter (raft_host_transfer_ready) most of the time, to anyone the
@@ -155,6 +161,7 @@ static int g_inject;
 static bool g_wild_net;
 static bool g_moves;
 static bool g_transfers;
+static bool g_rejoin;
 static bool g_splits;
 static bool g_as_stratad;
 
@@ -428,6 +435,7 @@ typedef struct sim {
     bool verbose;
     int inject; /* deliberate bug, to show the checks can fail (INJECT_*) */
     bool moves;
+    bool rejoin; /* --rejoin: a removed replica's node gets it back right after the drop */
     int nvoters; /* voters per group (the initial members are nodes 1..nvoters) */
     mover mv;
     bool transfers;
@@ -451,7 +459,7 @@ typedef struct sim {
     uint64_t events, msgs, acked, reads_ok, crashes, busy, snap_points, compactions, installs,
         install_failures, chunks, moves_done, changes, self_removals, transfers_started,
         transfers_done, transfers_failed, transfers_refused, splits_proposed, splits_done,
-        split_applies, moved, rejoins, compact_alls, seeded;
+        split_applies, moved, rejoins, compact_alls, seeded, rejoins_started;
 } sim;
 
 static void fail(sim *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -1216,7 +1224,9 @@ static void flush(sim *s)
                          nd->dur[g].applied, err.msg);
                 continue;
             }
-            if (nd->dur[g].applied < st.snapshot_index + COMPACT_GAP)
+            /* --rejoin: fewer compaction points, so that the point a leader sends a replica
+             * joining back often predates the change that removed it. */
+            if (nd->dur[g].applied < st.snapshot_index + COMPACT_GAP * (s->rejoin ? 4 : 1))
                 continue;
             s->compactions++;
             if (raft_host_compact(nd->host, (uint64_t)g, nd->dur[g].applied, &err) != 0 &&
@@ -1647,10 +1657,12 @@ static void move_propose(sim *s, int leader, const raft_host_member *m, size_t n
     }
 }
 
-static void move_start(sim *s)
+/* Starts a move of a random group to a random spare node, or (back >= 1, --rejoin) of
+ * group `back_g` to node `back`, the one it was just dropped from. */
+static void move_start(sim *s, int back_g, int back)
 {
     mover *mv = &s->mv;
-    int g = (int)rnd(&s->rng, (uint64_t)s->ngroups);
+    int g = back > 0 ? back_g : (int)rnd(&s->rng, (uint64_t)s->ngroups);
     int spare[MAX_NODES], nspare = 0, held[MAX_NODES], nheld = 0;
     if (s->splits && (!s->map[g].created || !child_sealed(s, g) || group_incomplete(s, g)))
         return;
@@ -1661,12 +1673,18 @@ static void move_start(sim *s)
             spare[nspare++] = i; /* (owed: it gets the child from its SPLIT or the map; an
                                     overlapping local replica: stratad waits for it) */
     }
+    if (back > 0) {
+        nspare = 0;
+        if (!s->nodes[back].hosted[g] && !s->owed[back][g])
+            spare[nspare++] = back;
+    }
     if (nspare == 0 || nheld == 0)
         return;
     *mv = (mover){.phase = MV_ADD,
                   .group = g,
                   .from = held[rnd(&s->rng, (uint64_t)nheld)],
                   .to = spare[rnd(&s->rng, (uint64_t)nspare)]};
+    s->rejoins_started += back > 0;
     node *to = &s->nodes[mv->to];
     to->hosted[g] = true;
     to->joined[g] = true;
@@ -1683,7 +1701,7 @@ static void move_step(sim *s)
     mover *mv = &s->mv;
     if (mv->phase == MV_IDLE) {
         if (s->now < MOVE_END_MS && chance(&s->rng, 300))
-            move_start(s);
+            move_start(s, 0, 0);
         return;
     }
     if (mv->phase == MV_DROP) {
@@ -1691,6 +1709,11 @@ static void move_step(sim *s)
             drop_replica(s, &s->nodes[mv->from], mv->group);
             mv->phase = MV_IDLE;
             s->moves_done++;
+            /* --rejoin: the node that just lost the replica gets it back at once (a drained
+             * node re-activated, replicas moving back): it joins empty while the leader's
+             * last snapshot point likely predates its removal. */
+            if (s->rejoin && s->now < MOVE_END_MS)
+                move_start(s, mv->group, mv->from);
         }
         return;
     }
@@ -1738,7 +1761,7 @@ static void move_step(sim *s)
     if (mv->phase == MV_REMOVE) {
         if (from_role < 0) {
             mv->phase = MV_DROP;
-            mv->drop_at = s->now + 50 + rnd(&s->rng, 300);
+            mv->drop_at = s->now + (s->rejoin ? 5 + rnd(&s->rng, 30) : 50 + rnd(&s->rng, 300));
             return;
         }
         size_t k = 0;
@@ -2364,7 +2387,8 @@ static bool run_seed(uint64_t seed, int nodes_opt, bool verbose)
     uint64_t x = seed;
     for (int i = 0; i < 4; i++)
         s->rng.s[i] = splitmix64(&x);
-    s->moves = g_moves;
+    s->moves = g_moves || g_rejoin;
+    s->rejoin = g_rejoin;
     s->nvoters = nodes_opt ? nodes_opt : (seed % 4 == 3 ? 5 : 3);
     s->nnodes = s->nvoters + (s->moves ? 1 : 0); /* a spare node for replicas to move to */
     s->ngroups = 1 + (int)rnd(&s->rng, INIT_GROUPS);
@@ -2435,12 +2459,13 @@ static bool run_seed(uint64_t seed, int nodes_opt, bool verbose)
                " crashes, %" PRIu64 " busy applies, %" PRIu64 " compactions, %" PRIu64
                " snapshot points, %" PRIu64 " installs (%" PRIu64 " copies failed, %" PRIu64
                " chunks), %" PRIu64 " moves (%" PRIu64 " changes proposed, %" PRIu64
-               " by a leader removing itself), transfers %" PRIu64 " started (%" PRIu64
+               " by a leader removing itself, %" PRIu64
+               " back to a node just dropped), transfers %" PRIu64 " started (%" PRIu64
                " done, %" PRIu64 " gave up, %" PRIu64 " refused); applied",
                seed, s->nnodes, s->ngroups, s->events, s->msgs, s->acked, s->reads_ok, s->crashes,
                s->busy, s->compactions, s->snap_points, s->installs, s->install_failures, s->chunks,
-               s->moves_done, s->changes, s->self_removals, s->transfers_started, s->transfers_done,
-               s->transfers_failed, s->transfers_refused);
+               s->moves_done, s->changes, s->self_removals, s->rejoins_started,
+               s->transfers_started, s->transfers_done, s->transfers_failed, s->transfers_refused);
         if (s->splits)
             printf(", splits %" PRIu64 " proposed, %" PRIu64 " made (%" PRIu64
                    " applied on replicas, %" PRIu64 " children joined from the map, %" PRIu64
@@ -2502,8 +2527,8 @@ static bool run_seed(uint64_t seed, int nodes_opt, bool verbose)
 static void usage(void)
 {
     fprintf(stderr,
-            "usage: sim (--seed N | --seeds A-B) [--nodes 3|5] [--moves] [--transfers] [--splits "
-            "[--as-stratad]] [--inject stale-read|lying-disk|bad-copy|split-no-flush] [-v]\n");
+            "usage: sim (--seed N | --seeds A-B) [--nodes 3|5] [--moves] [--rejoin] [--transfers] "
+            "[--splits [--as-stratad]] [--inject stale-read|lying-disk|bad-copy|split-no-flush] [-v]\n");
     exit(2);
 }
 
@@ -2539,6 +2564,8 @@ int main(int argc, char **argv)
             g_wild_net = true;
         } else if (strcmp(argv[i], "--moves") == 0) {
             g_moves = true;
+        } else if (strcmp(argv[i], "--rejoin") == 0) {
+            g_rejoin = true;
         } else if (strcmp(argv[i], "--transfers") == 0) {
             g_transfers = true;
         } else if (strcmp(argv[i], "--splits") == 0) {

@@ -37,6 +37,7 @@ typedef struct {
     strata_code stop_code;
     int snapshots; /* set_snapshot calls */
     bool last_replace;
+    uint8_t last_meta_top; /* the top byte of the last point's configuration index */
     int install_calls;
     uint64_t install_index, install_from, install_token;
     raft_host *compact_host; /* apply tries raft_host_compact(compact_host, 5, 1) */
@@ -74,6 +75,7 @@ static int st_snap(void *ctx, uint64_t group, const raft_host_snapshot *sp, raft
     assert_true(sp->meta_len > 8);
     e->snapshots++;
     e->last_replace = sp->replace_log;
+    e->last_meta_top = ((const uint8_t *)sp->meta)[7];
     queue_io(e, cb, data);
     return 0;
 }
@@ -1382,6 +1384,209 @@ static void test_join_group_waits(void **state)
     drop_io(&e);
 }
 
+/* Feeds node `h` an AppendEntries for group 5 from leader 1 (term 3). */
+static void rejoin_append(raft_host *h, uint64_t prev, uint64_t prev_term,
+                          const raft_host_entry *ents, unsigned n, uint64_t commit)
+{
+    struct raft_message msg;
+    memset(&msg, 0, sizeof msg);
+    msg.type = RAFT_APPEND_ENTRIES;
+    msg.append_entries.term = 3;
+    msg.append_entries.prev_log_index = prev;
+    msg.append_entries.prev_log_term = prev_term;
+    msg.append_entries.leader_commit = commit;
+    msg.append_entries.n_entries = n;
+    uint8_t *buf;
+    size_t len;
+    strata_err err;
+    assert_int_equal(raft_msg_encode(5, 1, &msg, ents, &buf, &len, &err), 0);
+    assert_int_equal(raft_host_receive(h, 1, 5, buf, len, &err), 0);
+    free(buf);
+}
+
+/* Lets `ms` of time pass in steps of 20 ms, completing storage as it goes. */
+static void rejoin_wait(env *e, raft_host *h, uint64_t ms)
+{
+    for (uint64_t t = 0; t < ms; t += 20) {
+        e->now += 20;
+        if (e->armed != 0 && e->now >= e->armed)
+            raft_host_tick(h);
+        flush_io(e, 0);
+    }
+}
+
+/*
+ * Issue #6/#8: node 2 was a voter of (1 2 3), was removed, its replica dropped, and it joins
+ * again empty. The leader (1, term 3, commit 10) first sends it an old part of the log
+ * whose configuration still names it a voter of (1 2 3): with a lagging node 1 or 3 it could
+ * win an election there next to the real majority. Until its log reaches the leader's
+ * commit index it neither campaigns nor votes; then it is an ordinary replica.
+ */
+static void test_rejoin_waits_for_commit(void **state)
+{
+    (void)state;
+    uint8_t *old_conf, *new_conf;
+    size_t old_len, new_len;
+    for (int k = 0; k < 2; k++) {
+        struct raft_configuration conf;
+        struct raft_buffer b;
+        raft_configuration_init(&conf);
+        assert_int_equal(raft_configuration_add(&conf, 1, "1", RAFT_VOTER), 0);
+        assert_int_equal(raft_configuration_add(&conf, 2, "2", k == 0 ? RAFT_VOTER : RAFT_STANDBY),
+                         0);
+        assert_int_equal(raft_configuration_add(&conf, 3, "3", RAFT_VOTER), 0);
+        assert_int_equal(raft_configuration_encode(&conf, &b), 0);
+        raft_configuration_close(&conf);
+        *(k == 0 ? &old_conf : &new_conf) = b.base;
+        *(k == 0 ? &old_len : &new_len) = b.len;
+    }
+    raft_host_entry ents[10];
+    ents[0] = (raft_host_entry){1, RAFT_CHANGE, old_conf, old_len};
+    for (int i = 1; i < 10; i++)
+        ents[i] = (raft_host_entry){2, RAFT_COMMAND, "cmd", 3};
+    ents[9] = (raft_host_entry){3, RAFT_CHANGE, new_conf, new_len}; /* re-added, a learner */
+
+    env e = {0};
+    strata_err err;
+    raft_host_config c = config(&e, 2);
+    raft_host *h = raft_host_create(&c, &err);
+    assert_int_equal(raft_host_join_group(h, 5, 0, &err), 0);
+
+    /* Entries 1..4 only: its configuration makes it a voter, the leader's commit is 10. */
+    rejoin_append(h, 0, 0, ents, 4, 10);
+    rejoin_wait(&e, h, 1000);
+    raft_host_group_stats st;
+    assert_int_equal(raft_host_group_info(h, 5, &st, &err), 0);
+    assert_int_equal(st.last_index, 4);
+    assert_int_equal(st.state, RAFT_FOLLOWER); /* it did not campaign */
+    assert_int_equal(st.term, 3);
+
+    /* A candidate of the old configuration asks for its (pre-)vote: no answer. */
+    for (int pre = 0; pre < 2; pre++) {
+        struct raft_message msg;
+        memset(&msg, 0, sizeof msg);
+        msg.type = RAFT_REQUEST_VOTE;
+        msg.request_vote.term = 4;
+        msg.request_vote.candidate_id = 3;
+        msg.request_vote.last_log_index = 4;
+        msg.request_vote.last_log_term = 2;
+        msg.request_vote.disrupt_leader = true;
+        msg.request_vote.pre_vote = pre == 1;
+        uint8_t *buf;
+        size_t len;
+        assert_int_equal(raft_msg_encode(5, 3, &msg, NULL, &buf, &len, &err), 0);
+        int sent = e.sent;
+        assert_int_equal(raft_host_receive(h, 3, 5, buf, len, &err), 0);
+        free(buf);
+        flush_io(&e, 0);
+        assert_int_equal(e.sent, sent);
+        assert_int_equal(raft_host_group_info(h, 5, &st, &err), 0);
+        assert_int_equal(st.term, 3);
+        assert_int_equal(st.vote, 0);
+    }
+
+    /* Caught up (5..10, the last one the configuration re-adding it as a learner): then
+     * promoted, it campaigns when the leader goes silent. */
+    rejoin_append(h, 4, 2, ents + 4, 6, 10);
+    flush_io(&e, 0);
+    ents[0] = (raft_host_entry){3, RAFT_CHANGE, old_conf, old_len}; /* promoted at 11 */
+    rejoin_append(h, 10, 3, ents, 1, 11);
+    flush_io(&e, 0);
+    assert_int_equal(raft_host_group_info(h, 5, &st, &err), 0);
+    assert_int_equal(st.last_index, 11);
+    assert_int_equal(st.commit_index, 11);
+    rejoin_wait(&e, h, 1000);
+    assert_int_equal(raft_host_group_info(h, 5, &st, &err), 0);
+    assert_int_equal(st.state, RAFT_CANDIDATE);
+    raft_host_destroy(h);
+    drop_io(&e);
+    raft_free(old_conf);
+    raft_free(new_conf);
+}
+
+/* The same replica catching up through a snapshot install: the point it records says
+ * "unconfirmed" (a restart from it stays unconfirmed) until the leader's commit is
+ * reached, then is written again without the mark; a replica restarting from a marked
+ * point does not campaign, from an unmarked one it does. */
+static void test_rejoin_install_marks_point(void **state)
+{
+    (void)state;
+    struct raft_configuration conf;
+    struct raft_buffer b;
+    raft_configuration_init(&conf);
+    assert_int_equal(raft_configuration_add(&conf, 1, "1", RAFT_VOTER), 0);
+    assert_int_equal(raft_configuration_add(&conf, 2, "2", RAFT_VOTER), 0);
+    assert_int_equal(raft_configuration_encode(&conf, &b), 0);
+
+    env e = {0};
+    strata_err err;
+    raft_host_config c = config(&e, 2);
+    raft_host *h = raft_host_create(&c, &err);
+    assert_int_equal(raft_host_join_group(h, 5, 0, &err), 0);
+    struct raft_message msg;
+    memset(&msg, 0, sizeof msg);
+    msg.type = RAFT_INSTALL_SNAPSHOT;
+    msg.install_snapshot.term = 3;
+    msg.install_snapshot.last_index = 10;
+    msg.install_snapshot.last_term = 2;
+    msg.install_snapshot.conf_index = 1;
+    msg.install_snapshot.conf = conf;
+    uint8_t *buf;
+    size_t len;
+    assert_int_equal(raft_msg_encode(5, 1, &msg, NULL, &buf, &len, &err), 0);
+    assert_int_equal(raft_host_receive(h, 1, 5, buf, len, &err), 0);
+    free(buf);
+    flush_io(&e, 0);
+    assert_int_equal(e.install_calls, 1);
+    assert_int_equal(raft_host_snapshot_installed(h, e.install_token, 0, 10, &err), 0);
+    flush_io(&e, 0);
+    assert_int_equal(e.snapshots, 1);
+    assert_int_equal(e.last_meta_top, 0x80);
+    rejoin_wait(&e, h, 1000);
+    raft_host_group_stats st;
+    assert_int_equal(raft_host_group_info(h, 5, &st, &err), 0);
+    assert_int_equal(st.snapshot_index, 10);
+    assert_int_equal(st.state, RAFT_FOLLOWER);
+    /* A heartbeat at the point with commit 12: not yet; with commit 10: confirmed. */
+    rejoin_append(h, 10, 2, NULL, 0, 12);
+    flush_io(&e, 0);
+    assert_int_equal(e.snapshots, 1);
+    rejoin_append(h, 10, 2, NULL, 0, 10);
+    flush_io(&e, 0);
+    assert_int_equal(e.snapshots, 2);
+    assert_int_equal(e.last_meta_top, 0);
+    assert_false(e.last_replace);
+    rejoin_wait(&e, h, 1000);
+    assert_int_equal(raft_host_group_info(h, 5, &st, &err), 0);
+    assert_int_equal(st.state, RAFT_CANDIDATE);
+    raft_host_destroy(h);
+    drop_io(&e);
+
+    /* Restarts from a stored point (10, configuration 1 2), marked or not. */
+    memset(snap_meta, 0, 8);
+    snap_meta[0] = 1;
+    memcpy(snap_meta + 8, b.base, b.len);
+    snap_meta_len = 8 + b.len;
+    for (int i = 0; i < 4; i++)
+        snap_entries[i] = (raft_host_entry){2, RAFT_COMMAND, "cmd", 3};
+    for (int marked = 0; marked < 2; marked++) {
+        snap_meta[7] = marked ? 0x80 : 0;
+        env e2 = {0};
+        c = config(&e2, 2);
+        c.storage.load = st_load_snap;
+        h = raft_host_create(&c, &err);
+        assert_int_equal(raft_host_join_group(h, 5, 12, &err), 0);
+        rejoin_wait(&e2, h, 1000);
+        assert_int_equal(raft_host_group_info(h, 5, &st, &err), 0);
+        assert_int_equal(st.snapshot_index, 10);
+        assert_int_equal(st.state, marked ? RAFT_FOLLOWER : RAFT_CANDIDATE);
+        raft_host_destroy(h);
+        drop_io(&e2);
+    }
+    raft_configuration_close(&conf);
+    raft_free(b.base);
+}
+
 static int wait_change(outcome_rec *r)
 {
     for (int i = 0; i < 400 && r->calls == 0; i++)
@@ -1632,6 +1837,8 @@ int main(void)
         cmocka_unit_test(test_change_rules),
         cmocka_unit_test(test_change_not_leader),
         cmocka_unit_test(test_join_group_waits),
+        cmocka_unit_test(test_rejoin_waits_for_commit),
+        cmocka_unit_test(test_rejoin_install_marks_point),
         cmocka_unit_test(test_membership_move),
         cmocka_unit_test(test_change_mid_batch),
         cmocka_unit_test(test_transfer),
