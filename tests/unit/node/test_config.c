@@ -98,6 +98,24 @@ static void test_flags(void **state)
     assert_int_equal(parse(&c, &err, "--data-dir=/d", "--throttle", "false"), 0);
     assert_false(c.throttle);
     assert_int_equal(parse(&c, &err, "--data-dir=/d", "--throttle=maybe"), -1);
+    /* Splits and ceilings: DynamoDB's figures by default, 0 turns a split kind off, and
+     * they do not make a node a cluster node. */
+    assert_int_equal(c.partition_max_rcu, 3000);
+    assert_int_equal(c.partition_max_wcu, 1000);
+    assert_int_equal(c.split_size_mb, 10240);
+    assert_int_equal(c.split_heat_s, 5);
+    assert_int_equal(parse(&c, &err, "--data-dir=/d", "--partition-max-wcu", "20",
+                           "--partition-max-rcu=60", "--split-size-mb", "0", "--split-heat=0"),
+                     0);
+    assert_int_equal(c.partition_max_wcu, 20);
+    assert_int_equal(c.partition_max_rcu, 60);
+    assert_int_equal(c.split_size_mb, 0);
+    assert_int_equal(c.split_heat_s, 0);
+    assert_false(config_cluster_mode(&c));
+    assert_int_equal(parse(&c, &err, "--data-dir=/d", "--partition-max-wcu", "0"), -1);
+    assert_int_equal(parse(&c, &err, "--data-dir=/d", "--partition-max-rcu", "1000001"), -1);
+    assert_int_equal(parse(&c, &err, "--data-dir=/d", "--split-heat", "86401"), -1);
+    assert_int_equal(parse(&c, &err, "--data-dir=/d", "--split-size-mb", "16777217"), -1);
     assert_int_equal(parse(&c, &err, "--listen=[::1]:9000", "--data-dir", "d"), 0);
     assert_string_equal(c.listen.host, "::1");
     assert_int_equal(c.listen.port, 9000);

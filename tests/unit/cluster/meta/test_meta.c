@@ -560,6 +560,33 @@ static void test_split(void **state)
     meta_free(s);
 }
 
+/* A table may hold META_MAX_TABLE_PARTS partitions: a split past that is refused. */
+static void test_split_table_limit(void **state)
+{
+    (void)state;
+    meta_state *s = cluster6();
+    size_t n = META_MAX_TABLE_PARTS - 1;
+    meta_partition *p = calloc(n, sizeof *p);
+    assert_non_null(p);
+    for (size_t i = 0; i < n; i++)
+        part(&p[i], i + 1, 1, i * 1000, i + 1 == n ? UINT64_MAX : i * 1000 + 999, 1, 2, 3);
+    strata_err err;
+    assert_int_equal(create(s, 1, "big", p, n, &err), 0);
+    free(p);
+    meta_cmd c = {.kind = META_CMD_SPLIT,
+                  .partition_id = n,
+                  .epoch = 1,
+                  .split_hash = 1ull << 62,
+                  .new_partition_id = n + 1};
+    assert_int_equal(run(s, &c, &err), 0); /* the 4096th */
+    c.split_hash = 1ull << 61;
+    c.new_partition_id = n + 2;
+    c.epoch = 2;
+    assert_int_equal(run(s, &c, &err), -1);
+    assert_int_equal(err.code, ERR_LIMIT_EXCEEDED);
+    meta_free(s);
+}
+
 static void test_replica_move(void **state)
 {
     (void)state;
@@ -764,6 +791,7 @@ int main(void)
         cmocka_unit_test(test_table_drop),
         cmocka_unit_test(test_set_leader),
         cmocka_unit_test(test_split),
+        cmocka_unit_test(test_split_table_limit),
         cmocka_unit_test(test_replica_move),
         cmocka_unit_test(test_members_bound),
         cmocka_unit_test(test_determinism),
