@@ -142,7 +142,7 @@ typedef struct {
                                       elsewhere; 0 = 300000 */
     /* Automatic splits, decided by each partition's leader (0: never): for size, once the
      * partition holds this many bytes; for heat, once it has been hot (cluster/capacity.h,
-     * capacity_heat) this long. The split point divides the partition's recent traffic
+     * capacity_hot_ms) this long. The split point divides the partition's recent traffic
      * evenly; when one partition key holds most of it, no split (a hot key, reported). */
     uint64_t split_size_bytes;
     uint64_t split_heat_ms;

@@ -2167,14 +2167,14 @@ static void on_auto_split(void *ctx, const strata_err *err, const uint8_t *res, 
 }
 
 /* Whether partition `lp`, led here, should split now, and where: for size once it holds
- * split_size_bytes, for heat once it has been hot split_heat_ms (capacity_heat). The cut
+ * split_size_bytes, for heat once it has been hot split_heat_ms (capacity_hot_ms). The cut
  * divides its recent traffic evenly (split_weighted; the middle of the range when too
  * little was sampled). A partition whose traffic one partition key dominates is not
  * split, as no cut can divide a key: the hot key is reported (log here; metrics and
  * `strata table stats` through capacity). */
 static bool auto_split_point(rcluster *c, lpart *lp, uint64_t now, uint64_t *at, const char **why)
 {
-    bool big = c->split_size_bytes != 0 && lp->stats.size_bytes >= 0 &&
+    bool big = c->split_size_bytes != 0 && /* size_bytes is kept >= 0 */
                (uint64_t)lp->stats.size_bytes >= c->split_size_bytes;
     bool hot = c->split_heat_ms != 0 && capacity_hot_ms(c->cap, lp->id, now) >= c->split_heat_ms;
     if (!big && !hot)
