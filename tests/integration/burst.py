@@ -260,11 +260,11 @@ def hot_key(args, nodes, c, strata):
     assert said, "no node logged the hot key that blocks a split"
 
 
-def size_split(args):
-    """A second cluster, split for size only (1 MiB, heat off, DynamoDB's ceilings): 4 MiB
-    of 20 KB items into a table of 2 partitions; the partitions split until each holds
-    less than 1 MiB, and every item stays readable."""
-    work = tempfile.mkdtemp(prefix="strata-size-")
+def run_cluster(args, prefix, initial, extra, body):
+    """Starts three nodes (stratad flags `extra`, tables of `initial` partitions), runs
+    body(nodes, client, work) and stops them; the work directory is removed on success
+    unless --keep. True when body returned and every node stopped cleanly."""
+    work = tempfile.mkdtemp(prefix=prefix)
     ports = S.free_ports(6)
     nodes = [S.Node(work, i + 1, "az%d" % (i + 1), ports[2 * i], ports[2 * i + 1], ports[1])
              for i in range(3)]
@@ -272,46 +272,56 @@ def size_split(args):
     ok = False
     try:
         for n in nodes:
-            n.initial_partitions = 2
-            n.extra = ["--split-size-mb", "1", "--split-heat", "0"]
+            n.initial_partitions = initial
+            n.extra = extra
             n.start(args.stratad)
         S.poll(lambda: all((n.admin() or {}).get("ready") for n in nodes), "3 nodes ready")
-        c = S.client(nodes[0].url)
-        create_table(c, "big")
-        value = "x" * 20000
-        for b in range(0, 200, 25):
-            req = {"big": [{"PutRequest": {"Item": {"pk": {"S": "b%04d" % i}, "v": {"S": value}}}}
-                           for i in range(b, b + 25)]}
-            while req:  # 500 WCU a batch: the ceilings throttle some (UnprocessedItems)
-                req = S.client(nodes[b // 25 % 3].url).batch_write_item(
-                    RequestItems=req).get("UnprocessedItems")
-                if req:
-                    time.sleep(0.2)  # back off, as the SDK guides advise
-        S.TABLE = "big"
-        parts = S.poll(lambda: len(S.table_parts(nodes[0])) >= 4 and
-                       S.settled(nodes, len(S.table_parts(nodes[0]))) and
-                       len(S.table_parts(nodes[0])), "split for size to >= 4 partitions")
-        keys = S.scan_all(c, consistent=True)
-        missing = sorted(set("b%04d" % i for i in range(200)) - set(keys))
-        got = [k for k in missing
-               if "Item" in c.get_item(TableName="big", Key={"pk": {"S": k}}, ConsistentRead=True)]
-        assert len(keys) == len(set(keys)), "a key scanned twice"
-        assert not missing, "%d items missing from Scan (%s), %d of them found by GetItem" % (
-            len(missing), missing[:5], len(got))
-        S.poll(lambda: S.digests_agree(nodes), "replicas agree (digests)")
-        sizes = c.describe_table(TableName="big")["Table"]
-        log("size: 200 items of 20 KB (%d bytes) in 2 partitions -> %d partitions; every item "
-            "read back once; replicas agree" % (sizes.get("TableSizeBytes", 0), parts))
+        body(nodes, S.client(nodes[0].url), work)
         ok = True
     finally:
         for n in nodes:
             if n.proc is not None and n.proc.poll() is None:
-                n.stop()
+                try:
+                    n.stop()
+                except AssertionError as e:
+                    log(str(e))
+                    ok = False
         if ok and not args.keep:
             shutil.rmtree(work, ignore_errors=True)
         else:
-            log("size: data and logs kept in " + work)
+            log("data and logs kept in " + work)
     return ok
+
+
+def size_split(nodes, c, work):
+    """Split for size only (1 MiB, heat off, DynamoDB's ceilings): 4 MiB of 20 KB items
+    into a table of 2 partitions; the partitions split until each holds less than 1 MiB,
+    and every item stays readable."""
+    create_table(c, "big")
+    value = "x" * 20000
+    for b in range(0, 200, 25):
+        req = {"big": [{"PutRequest": {"Item": {"pk": {"S": "b%04d" % i}, "v": {"S": value}}}}
+                       for i in range(b, b + 25)]}
+        while req:  # 500 WCU a batch: the ceilings throttle some (UnprocessedItems)
+            req = S.client(nodes[b // 25 % 3].url).batch_write_item(
+                RequestItems=req).get("UnprocessedItems")
+            if req:
+                time.sleep(0.2)  # back off, as the SDK guides advise
+    S.TABLE = "big"
+    parts = S.poll(lambda: len(S.table_parts(nodes[0])) >= 4 and
+                   S.settled(nodes, len(S.table_parts(nodes[0]))) and
+                   len(S.table_parts(nodes[0])), "split for size to >= 4 partitions")
+    keys = S.scan_all(c, consistent=True)
+    missing = sorted(set("b%04d" % i for i in range(200)) - set(keys))
+    got = [k for k in missing
+           if "Item" in c.get_item(TableName="big", Key={"pk": {"S": k}}, ConsistentRead=True)]
+    assert len(keys) == len(set(keys)), "a key scanned twice"
+    assert not missing, "%d items missing from Scan (%s), %d of them found by GetItem" % (
+        len(missing), missing[:5], len(got))
+    S.poll(lambda: S.digests_agree(nodes), "replicas agree (digests)")
+    sizes = c.describe_table(TableName="big")["Table"]
+    log("size: 200 items of 20 KB (%d bytes) in 2 partitions -> %d partitions; every item "
+        "read back once; replicas agree" % (sizes.get("TableSizeBytes", 0), parts))
 
 
 def plot(csv, png, args):
@@ -356,43 +366,23 @@ def main():
     ap.add_argument("--keep", action="store_true", help="keep the data directories")
     ap.add_argument("--no-size", action="store_true", help="skip the split-for-size cluster")
     args = ap.parse_args()
-    work = tempfile.mkdtemp(prefix="strata-burst-")
-    ports = S.free_ports(6)
-    nodes = [S.Node(work, i + 1, "az%d" % (i + 1), ports[2 * i], ports[2 * i + 1], ports[1])
-             for i in range(3)]
-    NODES[:] = nodes
-    ok = False
-    try:
-        for n in nodes:
-            n.initial_partitions = args.initial
-            n.extra = ["--partition-max-wcu", str(args.ceiling), "--split-heat", str(args.heat)]
-            n.start(args.stratad)
-        S.poll(lambda: all((n.admin() or {}).get("ready") for n in nodes), "3 nodes ready")
-        c = S.client(nodes[0].url)
+
+    def burst_and_hot_key(nodes, c, work):
         if args.csv is None and args.plot:
             args.csv = os.path.join(work, "burst.csv")
         below, parts = burst(args, nodes, c)
         if args.plot:
             plot(args.csv, args.plot, args)
         hot_key(args, nodes, c, args.strata)
-        ok = True
         log("burst: PASS (throttled share below 1%% at %d s, %d partitions)" % (below, parts))
-    finally:
-        for n in nodes:
-            if n.proc is not None and n.proc.poll() is None:
-                try:
-                    n.stop()
-                except AssertionError as e:
-                    log(str(e))
-                    ok = False
-        if ok and not args.keep:
-            shutil.rmtree(work, ignore_errors=True)
-        else:
-            log("data and logs kept in " + work)
-    if ok and not args.no_size:
-        ok = size_split(args)
-    return 0 if ok else 1
 
+    ok = run_cluster(args, "strata-burst-", args.initial,
+                     ["--partition-max-wcu", str(args.ceiling), "--split-heat", str(args.heat)],
+                     burst_and_hot_key)
+    if ok and not args.no_size:
+        ok = run_cluster(args, "strata-size-", 2, ["--split-size-mb", "1", "--split-heat", "0"],
+                         size_split)
+    return 0 if ok else 1
 
 if __name__ == "__main__":
     sys.exit(main())
