@@ -15,7 +15,7 @@ PACKAGES=(
 )
 BACKPORTS_PACKAGES=(libraft-dev)
 # Only the benchmarks need these; STRATA_BENCH_DEPS=1 installs them too.
-BENCH_PACKAGES=(librocksdb-dev etcd-server etcd-client)
+BENCH_PACKAGES=(librocksdb-dev etcd-server etcd-client gnuplot-nox)
 # dynalite (the benchmark peer) comes from npm; Debian's npm only where none is present.
 command -v npm >/dev/null 2>&1 || BENCH_PACKAGES+=(nodejs npm)
 

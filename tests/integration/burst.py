@@ -327,7 +327,7 @@ def size_split(nodes, c, work):
 def plot(csv, png, args):
     gp = shutil.which("gnuplot")
     if gp is None:
-        log("gnuplot not installed: no plot (apt-get install gnuplot-nox)")
+        log("gnuplot not installed: no plot (STRATA_BENCH_DEPS=1 deploy/install-deps.sh)")
         return
     script = f"""
 set terminal pngcairo size 1000,600

@@ -10,7 +10,7 @@
 # machine drives with a Python client), split for heat after HEAT s (default 5), SECONDS
 # of load (default 120), a table of INITIAL partitions (default 2), WORKERS writers
 # (default 48). Writes OUT_DIR/burst.csv (per second: requests, acknowledged, throttled,
-# errors, partitions) and OUT_DIR/burst.png (needs gnuplot: apt-get install gnuplot-nox),
+# errors, partitions) and OUT_DIR/burst.png (needs gnuplot: STRATA_BENCH_DEPS=1 deploy/install-deps.sh),
 # and prints the figures: when the throttled share fell below 1%, partitions at the end.
 set -eu
 [ $# -ge 1 ] || { echo "usage: $0 <stratad-binary> [OUT_DIR] [strata-binary]" >&2; exit 2; }
@@ -19,7 +19,7 @@ out=${2:-.}
 mkdir -p "$out"
 out=$(realpath "$out")
 here=$(cd "$(dirname "$0")" && pwd)
-command -v gnuplot >/dev/null || echo "$0: gnuplot not installed: CSV only (apt-get install gnuplot-nox)" >&2
+command -v gnuplot >/dev/null || echo "$0: gnuplot not installed: CSV only (STRATA_BENCH_DEPS=1 deploy/install-deps.sh)" >&2
 exec /usr/bin/python3 "$here/../../integration/burst.py" "$stratad" ${3:+"$(realpath -e "$3")"} \
     --rate "${RATE:-1200}" --ceiling "${CEILING:-100}" --heat "${HEAT:-5}" \
     --seconds "${SECONDS_OF_LOAD:-120}" --initial "${INITIAL:-2}" --workers "${WORKERS:-48}" \
