@@ -61,6 +61,12 @@ typedef struct {
     int64_t peak[2];        /* on-demand: highest units in one second (nano) */
     int64_t window_nano[2]; /* consumed in the current second */
     uint64_t window_start[2];
+    /* Cluster mode (capacity_set_node_share): this node's share of the table's rate. */
+    uint32_t share_ppm[2];
+    bool share_set[2];
+    /* Since the last capacity_demand_collect: units consumed, and reservations refused
+     * for want of capacity units. */
+    int64_t used_nano[2], refused_nano[2];
     uint64_t throttled_requests;
     cpart *parts; /* sorted by id */
     size_t n_parts, cap_parts;
@@ -107,6 +113,13 @@ static int64_t table_rate(const ctable *t, cap_kind k)
 }
 
 
+/* The node's pool holds a share of the table's rate set by the cluster (provisioned
+ * tables; on-demand ones scale by splits, not by shares). */
+static bool node_shared(const ctable *t, cap_kind k)
+{
+    return t->share_set[k] && !t->conf.on_demand;
+}
+
 static int64_t burst_ms(const ctable *t)
 {
     return t->conf.on_demand ? ONDEMAND_BURST : CAP_BURST_MS;
@@ -124,12 +137,22 @@ static void refill_absent(ctable *t, cap_kind k, uint64_t now_ms)
            now_ms);
 }
 
-static void refill_all(const capacity *c, ctable *t, cpart *p, cap_kind k, uint64_t now_ms)
+/* The table's pool on this node: the node's share of the table's rate when the cluster set
+ * one, else the shares of the partitions it serves. */
+static void refill_pool(ctable *t, cap_kind k, uint64_t now_ms)
 {
     int64_t rate = table_rate(t, k);
-    int64_t n = t->conf.n_partitions;
-    refill(&p->share[k], rate, n, burst_ms(t), now_ms);
-    refill(&t->pool[k], rate * t->conf.n_local, n, burst_ms(t), now_ms);
+    if (node_shared(t, k))
+        refill(&t->pool[k], (rate < CAP_RATE_MAX ? rate : CAP_RATE_MAX) * t->share_ppm[k], CAP_PPM,
+               burst_ms(t), now_ms);
+    else
+        refill(&t->pool[k], rate * t->conf.n_local, t->conf.n_partitions, burst_ms(t), now_ms);
+}
+
+static void refill_all(const capacity *c, ctable *t, cpart *p, cap_kind k, uint64_t now_ms)
+{
+    refill(&p->share[k], table_rate(t, k), t->conf.n_partitions, burst_ms(t), now_ms);
+    refill_pool(t, k, now_ms);
     refill(&p->ceiling[k], c->ceiling[k], 1, SEC_MS, now_ms);
 }
 
@@ -286,6 +309,36 @@ static void set_conf(const capacity *c, ctable *t, const cap_table_conf *conf, u
         t->conf.n_local = 1;
 }
 
+void capacity_set_node_share(capacity *c, uint32_t table_id, cap_kind k, uint32_t ppm,
+                             uint64_t now_ms)
+{
+    ctable *t = table_find(c, table_id, NULL);
+    if (t == NULL)
+        return;
+    if (t->pool[k].started)
+        refill_pool(t, k, now_ms); /* credit accrued so far counts at the old share */
+    t->share_ppm[k] = ppm < CAP_PPM ? ppm : CAP_PPM;
+    t->share_set[k] = true;
+}
+
+size_t capacity_demand_collect(capacity *c, cap_demand *out, size_t max)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < c->n_tables && n < max; i++) {
+        ctable *t = &c->tables[i];
+        cap_demand d = {.table_id = t->id};
+        for (int k = 0; k < 2; k++) {
+            int64_t used = t->used_nano[k] > 0 ? t->used_nano[k] : 0;
+            int64_t more = used + CAP_NANO; /* refusals count up to twice the use, + 1 unit */
+            d.nano[k] = used + (t->refused_nano[k] < more ? t->refused_nano[k] : more);
+            t->used_nano[k] = t->refused_nano[k] = 0;
+        }
+        if (d.nano[CAP_READ] > 0 || d.nano[CAP_WRITE] > 0)
+            out[n++] = d;
+    }
+    return n;
+}
+
 /* ------------------------------------------------------------------ admission */
 
 capacity *capacity_new(void)
@@ -351,11 +404,16 @@ int capacity_admit(capacity *c, uint32_t table_id, uint64_t part_id, const cap_t
         p->win_refused[k] = true; /* demand above the ceiling: this window is hot */
         return strata_err_set(err, ERR_THROUGHPUT_EXCEEDED, "%s", msg_capacity);
     }
-    /* Its own share, or (adaptive sharing) what the table's other partitions left. */
-    if (p->share[k].tokens > 0 || t->pool[k].tokens > 0) {
+    /* Its own share, or (adaptive sharing) what the table's other partitions left; with a
+     * node share, the pool alone: it holds what every partition here left, and a
+     * partition's own bucket would let replicas serving its eventual reads on several
+     * nodes each spend the same share. */
+    bool own = !node_shared(t, k) && p->share[k].tokens > 0;
+    if (own || t->pool[k].tokens > 0) {
         take(c, t, p, k, reserve_nano, now_ms);
         return 0;
     }
+    t->refused_nano[k] += reserve_nano; /* wanted: more share would have served it */
     p->n.throttle_events[k]++;
     return strata_err_set(err, ERR_THROUGHPUT_EXCEEDED, "%s",
                           t->conf.on_demand ? msg_capacity : msg_provisioned);
@@ -465,6 +523,7 @@ static void take(const capacity *c, ctable *t, cpart *p, cap_kind k, int64_t nan
     else
         p->share[k].tokens -= lend(t, p, k, nano, now_ms);
     p->n.consumed_nano[k] += nano;
+    t->used_nano[k] += nano;
     note_peak(t, k, nano, now_ms);
 }
 

@@ -44,8 +44,14 @@
  * (capacity_note_throttled_request), which knows what one request is.
  *
  * Cluster mode: each node has its own buckets for the partitions it serves (writes and
- * strong reads on the leader; eventual reads on the replica that answers them). The pool
- * spans the table's partitions on this node only.
+ * strong reads on the leader; eventual reads on the replica that answers them). Until the
+ * cluster sets the node's share of a provisioned table (capacity_set_node_share), the
+ * pool spans the table's partitions on this node only. Once set, the pool refills at
+ * the table's rate x share / CAP_PPM (300 s of it held) and admission asks the pool
+ * alone, with the ceiling: a partition may spend what the table left unused on any node
+ * (adaptive sharing across nodes), and the nodes together stay within the table's rate
+ * because their shares add up to one (cluster/capshare.h decides them every second
+ * from every node's demand, which capacity_demand_collect measures).
  *
  * Threading: the event loop's thread only.
  */
@@ -70,6 +76,8 @@
 #define CAP_HEAT_PERCENT   80 /* a second at this share of the ceiling (or refused by it): hot */
 #define CAP_SPLIT_SAMPLES  256 /* recent charged key hashes kept per partition (split point) */
 #define CAP_SPLIT_MIN_SAMPLES 32
+#define CAP_PPM            1000000 /* node shares: parts per million of the table's rate */
+#define CAP_RATE_MAX       1000000 /* units/s: shared rates are capped here (no overflow) */
 
 typedef enum { CAP_READ = 0, CAP_WRITE = 1 } cap_kind;
 
@@ -122,6 +130,29 @@ int capacity_admit(capacity *c, uint32_t table_id, uint64_t part_id, const cap_t
  * Unknown table or partition (never admitted here): nothing happens. */
 void capacity_charge(capacity *c, uint32_t table_id, uint64_t part_id, cap_kind k, int64_t nano,
                      int64_t reserved_nano, bool has_key, uint64_t key_hash, uint64_t now_ms);
+
+/* This node's share of a provisioned table's rate for kind `k`, in parts per million
+ * (clamped to CAP_PPM), from now_ms on; the credit its pool accrued until then counts at
+ * the old share, and the pool keeps its tokens up to 300 s of the new one. Nothing
+ * happens for a table this node has no state for (it gets a share at the next call). */
+void capacity_set_node_share(capacity *c, uint32_t table_id, cap_kind k, uint32_t ppm,
+                             uint64_t now_ms);
+
+/* What one table wanted on this node since the last collect, by cap_kind: the units it
+ * consumed plus the reservations of operations refused for want of capacity units (a
+ * share could have served them; refusals by the partition ceiling are left out: no
+ * share lifts a ceiling). Refusals count up to the units consumed plus one: clients
+ * retry refused operations as fast as their back-off lets them, so their count says
+ * more about the client than about demand; capped, a node's want grows at most
+ * twofold (plus a unit) from one collect to the next while it is refused. */
+typedef struct {
+    uint32_t table_id;
+    int64_t nano[2];
+} cap_demand;
+
+/* Writes the demand of up to `max` tables that wanted something into out[] and starts
+ * their counts over; returns how many. */
+size_t capacity_demand_collect(capacity *c, cap_demand *out, size_t max);
 
 /* Units to nano-units: DynamoDB's fractional read units (0.5) are exact. */
 int64_t capacity_nano(double units);

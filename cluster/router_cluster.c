@@ -19,6 +19,8 @@
  *                     feeds a joiner a whole state (before an empty replica joins)
  *   MSG_PART_STATS    item counts and sizes of the partitions the sender leads
  *                     (cluster/pstats.h), every STATS_PUSH_MS        (fire and forget)
+ *   MSG_CAP_DEMAND    the capacity units each table wanted on the sender over the last
+ *                     second (cluster/capshare.h), every second      (fire and forget)
  *   MSG_SNAP_CHUNK    varint partition | varint session | start key -> varint applied
  *                     index | u64be hash_lo | u64be hash_hi (the source's range) | u8 done |
  *                     varint next-key length | next key | (varint klen | key | varint vlen |
@@ -57,6 +59,7 @@
 
 #include "cluster/meta.h"
 #include "cluster/placement.h"
+#include "cluster/capshare.h"
 #include "cluster/pstats.h"
 #include "cluster/split.h"
 #include "cluster/raft/raft_host_uv.h"
@@ -76,6 +79,7 @@ enum {
     MSG_SNAP_CHUNK = 7,
     MSG_GROUP_STATUS = 8,
     MSG_PART_STATS = 9,
+    MSG_CAP_DEMAND = 10,
 };
 
 #define META_GROUP           0
@@ -85,6 +89,11 @@ enum {
 #define TICK_MS              100
 #define META_FETCH_MS        500
 #define STATS_PUSH_MS        2000 /* partition statistics to the other nodes */
+#define CAP_SHARE_SETTLE_MS  300  /* capacity shares: computed this long into each wall-clock
+                                   * second, when every node's figures sent at its start
+                                   * have arrived (cluster/capshare.h) */
+#define CAP_LEADER_WEIGHT    64   /* a partition led here, against 1 per replica held: where
+                                   * a table's unused capacity waits as burst credit */
 #define JOIN_CALL_MS         1000
 #define BACKOFF_MIN_MS       5
 #define BACKOFF_MAX_MS       200
@@ -313,6 +322,13 @@ struct rcluster {
     capacity *cap; /* token buckets of the partitions this node serves (router.h) */
     pstats *heard;              /* partition statistics from their leaders (MSG_PART_STATS) */
     uint64_t last_stats_push;
+    capshare *shares;     /* every node's capacity wants per table (MSG_CAP_DEMAND) */
+    cap_demand *demand;   /* CAPSHARE_MAX_ENTRIES: this node's, collected every second */
+    capshare_want *wants; /* the same as wants per second */
+    capshare_want *sent;  /* this node's figures as sent (capshare_own) */
+    capshare_weight *weights; /* one table's weights per node (META_MAX_NODES + 1) */
+    uint64_t last_collect;             /* when capacity demand was last collected */
+    uint64_t sent_period, set_period; /* wall-clock seconds: figures sent, shares set */
 };
 
 static void kick(rcluster *c);
@@ -3014,6 +3030,13 @@ static void on_message(void *ctx, uint64_t peer, uint32_t type, const uint8_t *d
                     err.msg);
         return;
     }
+    if (type == MSG_CAP_DEMAND && !c->closing) {
+        strata_err err;
+        if (capshare_receive(c->shares, peer, data, len, now_ms(c), &err) < 0)
+            fprintf(stderr, "stratad: capacity demand from node %" PRIu64 ": %s\n", peer,
+                    err.msg);
+        return;
+    }
     if (c->closing || type != MSG_RAFT || len < 8 || c->host == NULL)
         return;
     uint64_t group = 0;
@@ -3661,6 +3684,93 @@ static void push_stats(rcluster *c)
     free(e);
 }
 
+/* ------------------------------------------------------------------ capacity shares */
+
+/* Where table t's unused capacity waits (capshare.h): every node holding a replica of it
+ * weighs 1 per replica and CAP_LEADER_WEIGHT per leader hint, as the map says (the same
+ * figures on every node). Returns the number of weights written to c->weights. */
+static size_t table_weights(rcluster *c, const table_info *t)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < t->n_partitions; i++) {
+        const meta_partition *mp = meta_partition_find(c->meta, t->partitions[i].id);
+        for (uint32_t m = 0; mp != NULL && m < mp->n_members; m++) {
+            uint64_t node = mp->members[m].node;
+            size_t j = 0;
+            while (j < n && c->weights[j].node != node)
+                j++;
+            if (j == n) {
+                if (n == META_MAX_NODES + 1)
+                    continue;
+                c->weights[n++] = (capshare_weight){.node = node};
+            }
+            c->weights[j].weight += node == mp->leader_hint ? CAP_LEADER_WEIGHT : 1;
+        }
+    }
+    return n;
+}
+
+static void send_wants(rcluster *c, uint64_t period, size_t n)
+{
+    buf b;
+    buf_init(&b, 0);
+    capshare_encode(period, c->sent, n, &b);
+    for (size_t j = 0; !b.failed && j < meta_node_count(c->meta); j++) {
+        const meta_node *nd = meta_node_at(c->meta, j);
+        if (nd->id != c->self && nd->state != META_NODE_REMOVED)
+            rpc_send(c->rpc, nd->id, MSG_CAP_DEMAND, b.data, b.len, NULL);
+    }
+    buf_free(&b);
+}
+
+/* Sets this node's share of every provisioned table from every node's wants. */
+static void set_shares(rcluster *c, uint64_t period, uint64_t now)
+{
+    const table_info *t = NULL;
+    while ((t = catalog_next(c->cat, t ? t->schema.name : NULL, t ? t->schema.name_len : 0)) !=
+           NULL) {
+        if (t->billing == BILLING_PAY_PER_REQUEST)
+            continue;
+        size_t nw = table_weights(c, t);
+        for (int k = 0; k < 2; k++) {
+            int64_t rate = k == CAP_READ ? t->read_capacity : t->write_capacity;
+            uint32_t ppm = capshare_share(c->shares, c->self, t->schema.table_id, (cap_kind)k,
+                                          rate * 1000, c->weights, nw, period, now);
+            capacity_set_node_share(c->cap, t->schema.table_id, (cap_kind)k, ppm, now);
+        }
+    }
+}
+
+/* One message carries every table's figures. */
+_Static_assert(CAPSHARE_MAX_ENTRIES >= CATALOG_MAX_TABLES, "a demand message per table set");
+
+/* At the start of every wall-clock second: tells the other nodes what each table wanted
+ * here over the second before; CAP_SHARE_SETTLE_MS later, takes this node's share of
+ * every provisioned table from every node's figures of that second (capshare.h). */
+static void share_capacity(rcluster *c)
+{
+    if (!c->formed || c->rpc == NULL)
+        return;
+    uint64_t now = now_ms(c), wall = wall_ms(), period = wall / 1000;
+    if (period != c->sent_period) {
+        uint64_t span = c->last_collect != 0 ? now - c->last_collect : 1000;
+        c->last_collect = now;
+        c->sent_period = period;
+        size_t n = capacity_demand_collect(c->cap, c->demand, CAPSHARE_MAX_ENTRIES);
+        for (size_t i = 0; i < n; i++)
+            c->wants[i] = capshare_want_of(&c->demand[i], span);
+        capshare_expire(c->shares, now);
+        size_t n_sent = capshare_own(c->shares, c->self, c->wants, n, c->sent,
+                                     CAPSHARE_MAX_ENTRIES, period, now);
+        if (n_sent > 0)
+            send_wants(c, period, n_sent);
+    }
+    if (period != c->set_period && wall % 1000 >= CAP_SHARE_SETTLE_MS) {
+        c->set_period = period;
+        set_shares(c, period, now);
+    }
+}
+
 static void on_tick(uv_timer_t *t)
 {
     rcluster *c = t->data;
@@ -3679,6 +3789,7 @@ static void on_tick(uv_timer_t *t)
     auto_splits(c);
     schedule(c);
     push_stats(c);
+    share_capacity(c);
 }
 
 /* ------------------------------------------------------------------ the router's calls */
@@ -4401,12 +4512,18 @@ rcluster *rcluster_open(const router_config *cfg, strata_err *err)
     c->cat = catalog_new();
     c->cap = capacity_new();
     c->heard = pstats_new();
+    c->shares = capshare_new();
+    c->demand = malloc(CAPSHARE_MAX_ENTRIES * sizeof *c->demand);
+    c->wants = malloc(CAPSHARE_MAX_ENTRIES * sizeof *c->wants);
+    c->sent = malloc(CAPSHARE_MAX_ENTRIES * sizeof *c->sent);
+    c->weights = malloc((META_MAX_NODES + 1) * sizeof *c->weights);
     buf_init(&c->scratch, 0);
     uv_timer_init(c->loop, &c->tick);
     uv_timer_init(c->loop, &c->kick);
     uv_timer_init(c->loop, &c->retry);
     c->tick.data = c->kick.data = c->retry.data = c;
-    int rc = c->data_dir && c->meta && c->cat && c->cap && c->heard
+    int rc = c->data_dir && c->meta && c->cat && c->cap && c->heard && c->shares && c->demand &&
+                     c->wants && c->sent && c->weights
                  ? 0
                  : strata_err_set(err, ERR_NOMEM, "out of memory");
     if (rc == 0)
@@ -4516,6 +4633,11 @@ void rcluster_close(rcluster *c)
     catalog_free(c->cat);
     capacity_free(c->cap);
     pstats_free(c->heard);
+    capshare_free(c->shares);
+    free(c->demand);
+    free(c->wants);
+    free(c->sent);
+    free(c->weights);
     buf_free(&c->scratch);
     free(c->parts);
     free(c->lead_plan);

@@ -6,13 +6,17 @@ Starts three stratad in cluster mode (cluster.py's Cluster), creates a provision
 (WCU 20, 4 partitions whose leaders spread over the nodes) and checks:
  a) the burst credit (300 s x 20 WCU) is spent, then a writer through every node keeps
     the table saturated: the accepted write units per second over a measured window are
-    20 within 5% (each partition's bucket lives on its leader's node);
+    20 within 5% (each node spends its share of the table, cluster/capshare.h);
  b) a write refused for capacity is ProvisionedThroughputExceededException (HTTP 400,
     DynamoDB's message) through every node, whether the leader is local or remote;
  c) the three nodes' GET /metrics together count the consumed write units and throttle
     events (ConsumedWriteCapacityUnits, WriteThrottleEvents per table and partition), and
     `strata table stats` (when STRATA_CLI is given) prints the table's sums;
- d) UpdateTable to 200 WCU takes effect without restart: the measured rate passes 100.
+ d) UpdateTable to 200 WCU takes effect without restart: the measured rate passes 100;
+ e) adaptive sharing across nodes (cluster/capshare.h): one hot key, written through
+    every node, gets the table's whole 20 WCU within 5% although its partition's leader
+    serves one partition of four; eventually consistent reads of it through every node
+    (each served by any replica) get the table's 5 RCU within 5%, not a share per replica.
 Every wait polls a condition with a deadline; rates are measured over measured windows.
 """
 import os
@@ -127,12 +131,13 @@ def create_table(c, cl):
 
 
 def drain(cl):
-    """Spends the burst credit with 10-WCU items until writes are refused everywhere."""
+    """Spends the burst credit with 10-WCU items until writes are refused and a second
+    admits no more than twice the rate (the credit would admit thousands)."""
     w = Writers(cl, 9 * KB)
     t0 = time.monotonic()
     while True:
         units, _ = w.window(1.0)
-        if units == 0 and w.whole_throttles > 0:
+        if units <= 2 * WCU and w.whole_throttles > 0:
             break
         check(time.monotonic() - t0 < 120, "burst credit never ran out")
     log("burst credit spent in %.1f s" % (time.monotonic() - t0))
@@ -199,6 +204,76 @@ def part_c(cl, cli):
         check(len(re.findall(r"^\d+ +\d+ ", out.stdout, re.M)) >= 4, "one row per partition")
 
 
+class HotKey:
+    """One thread per node hitting one key: PutItem (1 WCU) or eventually consistent
+    GetItem (0.5 RCU); counts the accepted operations."""
+
+    def __init__(self, cl, op):
+        self.cl, self.op = cl, op
+        self.lock = threading.Lock()
+        self.ok = self.refused = 0
+        self.stop = threading.Event()
+        self.errors = []
+
+    def run(self, node):
+        c = client(node.url, False)
+        item = {"pk": {"S": "hot"}, "v": {"S": "x" * 100}}
+        while not self.stop.is_set():
+            try:
+                if self.op == "put":
+                    c.put_item(TableName=TABLE, Item=item)
+                else:
+                    c.get_item(TableName=TABLE, Key={"pk": {"S": "hot"}}, ConsistentRead=False)
+                with self.lock:
+                    self.ok += 1
+            except botocore.exceptions.ClientError as e:
+                if code_of(e) != "ProvisionedThroughputExceededException":
+                    self.errors.append(str(e))
+                    return
+                with self.lock:
+                    self.refused += 1
+                time.sleep(0.01)
+
+    def window(self, seconds):
+        """Runs for `seconds`; returns (operations accepted, refused, elapsed)."""
+        self.stop.clear()
+        threads = [threading.Thread(target=self.run, args=(n,)) for n in self.cl.nodes]
+        with self.lock:
+            ok0, refused0 = self.ok, self.refused
+        t0 = time.monotonic()
+        for t in threads:
+            t.start()
+        while time.monotonic() - t0 < seconds and not self.errors:
+            time.sleep(0.05)
+        self.stop.set()
+        for t in threads:
+            t.join()
+        check(not self.errors, "%s met errors: %s" % (self.op, self.errors[:3]))
+        with self.lock:
+            return self.ok - ok0, self.refused - refused0, time.monotonic() - t0
+
+
+def saturated_rate(cl, op, units_each, provisioned):
+    """Spends the credit (windows until some are refused), lets the shares follow the
+    demand, then measures the accepted units per second over 12 s."""
+    h = HotKey(cl, op)
+    t0 = time.monotonic()
+    while h.window(1.0)[1] == 0:
+        check(time.monotonic() - t0 < 90, "%s: the credit never ran out" % op)
+    h.window(3.0)
+    ok, refused, elapsed = h.window(12.0)
+    rate = ok * units_each / elapsed
+    log("e) one hot key, %s through every node: %.2f units/s (provisioned %d), %d refused" %
+        (op, rate, provisioned, refused))
+    check(abs(rate - provisioned) <= 0.05 * provisioned,
+          "%s of one key: %.2f units/s, provisioned %d" % (op, rate, provisioned))
+
+
+def part_e(cl):
+    saturated_rate(cl, "put", 1, WCU)
+    saturated_rate(cl, "get", 0.5, 5)
+
+
 def part_d(cl):
     c = client(cl.node(2).url, True)
     c.update_table(TableName=TABLE,
@@ -222,6 +297,7 @@ def main():
         part_a(cl)
         part_b(cl)
         part_c(cl, cli)
+        part_e(cl)
         part_d(cl)
         ok = True
         log("capacity in a cluster: ok")

@@ -121,6 +121,88 @@ static void test_adaptive_sharing(void **state)
     capacity_free(c);
 }
 
+/* Cluster mode: the node's share of the table's rate, set from outside (capshare.h). */
+static void test_node_share(void **state)
+{
+    (void)state;
+    capacity *c = capacity_new();
+    /* 10 WCU over 4 partitions; this node serves one: 2.5/s and 750 units of credit. */
+    cap_table_conf conf = prov(10, 10, 4);
+    conf.n_local = 1;
+    assert_int_equal(drain(c, &conf, 1, CAP_WRITE, U, 0), 750);
+    assert_int_equal(over(c, &conf, 1, CAP_WRITE, U, 0, 4000), 10);
+    /* The cluster gives this node the whole table: 10/s here. */
+    capacity_set_node_share(c, 1, CAP_WRITE, CAP_PPM, 4000);
+    assert_int_equal(over(c, &conf, 1, CAP_WRITE, U, 4000, 8000), 40);
+    /* A quarter again: 2.5/s, and the credit held is 300 s of the share (750). */
+    capacity_set_node_share(c, 1, CAP_WRITE, CAP_PPM / 4, 8000);
+    assert_int_equal(over(c, &conf, 1, CAP_WRITE, U, 8000, 12000), 10);
+    assert_int_equal(drain(c, &conf, 1, CAP_WRITE, U, 12000 + 3600000), 750);
+    /* With a share the pool alone admits: another partition's own bucket (full, never
+     * touched) does not, so replicas serving one partition on several nodes cannot each
+     * spend its share. */
+    assert_int_equal(drain(c, &conf, 2, CAP_WRITE, U, 12000 + 3600000), 0);
+    /* A share above one is one: reads (first touched now) hold 300 s of 10 RCU. */
+    capacity_set_node_share(c, 1, CAP_READ, 2 * CAP_PPM, 12000 + 3600000);
+    assert_int_equal(drain(c, &conf, 1, CAP_READ, U, 12000 + 3600000), 3000);
+    assert_int_equal(over(c, &conf, 1, CAP_READ, U, 3612000, 3616000), 40);
+    /* Unknown tables are left alone. */
+    capacity_set_node_share(c, 99, CAP_WRITE, CAP_PPM, 0);
+    capacity_free(c);
+
+    /* On demand: shares do not apply (splits, not shares, give such a table room). */
+    c = capacity_new();
+    cap_table_conf od = {.on_demand = true, .n_partitions = 4, .n_local = 1};
+    assert_int_equal(op(c, &od, 1, CAP_WRITE, U, 0), 1);
+    capacity_set_node_share(c, 1, CAP_WRITE, 1, 0);
+    assert_int_equal(drain(c, &od, 1, CAP_WRITE, U, 0) + 1, CAP_PART_MAX_WRITE);
+    capacity_free(c);
+}
+
+/* What each table wanted: consumed, plus what its share refused (not its ceiling). */
+static void test_demand_collect(void **state)
+{
+    (void)state;
+    capacity *c = capacity_new();
+    capacity_set_ceilings(c, 0, 5);
+    cap_table_conf conf = prov(10, 1000, 1);
+    strata_err err;
+    cap_demand d[4];
+    assert_int_equal(capacity_demand_collect(c, d, 4), 0);
+    /* The ceiling (5/s) refuses: no share would help, so that is not wanted. */
+    assert_int_equal(drain(c, &conf, 1, CAP_WRITE, U, 0), 5);
+    assert_int_equal(capacity_admit(c, 1, 1, &conf, CAP_WRITE, 2 * U, 0, &err), -1);
+    assert_int_equal(op(c, &conf, 1, CAP_READ, U / 2, 0), 1);
+    assert_int_equal(capacity_demand_collect(c, d, 4), 1);
+    assert_int_equal(d[0].table_id, 1);
+    assert_int_equal(d[0].nano[CAP_WRITE], 5 * U);
+    assert_int_equal(d[0].nano[CAP_READ], U / 2);
+    /* The table's share refuses (its 300 units of credit spent): the reservation counts. */
+    capacity_free(c);
+    c = capacity_new();
+    conf = prov(10, 1, 1);
+    assert_int_equal(drain(c, &conf, 1, CAP_WRITE, U, 0), 300);
+    assert_int_equal(capacity_admit(c, 1, 1, &conf, CAP_WRITE, 3 * U, 0, &err), -1);
+    assert_int_equal(err.code, ERR_THROUGHPUT_EXCEEDED);
+    assert_int_equal(capacity_demand_collect(c, d, 4), 1);
+    /* 300 consumed and 3 refused (drain's own refusal reserved nothing). */
+    assert_int_equal(d[0].nano[CAP_WRITE], 303 * U);
+    /* Idle: nothing. */
+    assert_int_equal(capacity_demand_collect(c, d, 4), 0);
+    /* Refusals count up to the units consumed plus one: 100 refused reservations of 1 unit
+     * with nothing consumed are 1 unit wanted; with 2 consumed, 2 + 3. */
+    for (int i = 0; i < 100; i++)
+        assert_int_equal(capacity_admit(c, 1, 1, &conf, CAP_WRITE, U, 0, &err), -1);
+    assert_int_equal(capacity_demand_collect(c, d, 4), 1);
+    assert_int_equal(d[0].nano[CAP_WRITE], U);
+    assert_int_equal(over(c, &conf, 1, CAP_WRITE, U, 0, 2000), 2);
+    for (int i = 0; i < 100; i++)
+        assert_int_equal(capacity_admit(c, 1, 1, &conf, CAP_WRITE, U, 2000, &err), -1);
+    assert_int_equal(capacity_demand_collect(c, d, 4), 1);
+    assert_int_equal(d[0].nano[CAP_WRITE], 2 * U + 3 * U);
+    capacity_free(c);
+}
+
 static void test_partition_ceiling(void **state)
 {
     (void)state;
@@ -399,6 +481,8 @@ int main(void)
         cmocka_unit_test(test_burst_credit),
         cmocka_unit_test(test_steady_rate),
         cmocka_unit_test(test_adaptive_sharing),
+        cmocka_unit_test(test_node_share),
+        cmocka_unit_test(test_demand_collect),
         cmocka_unit_test(test_partition_ceiling),
         cmocka_unit_test(test_lenient),
         cmocka_unit_test(test_on_demand),
