@@ -367,9 +367,9 @@ int placement_leaders_fix(const meta_state *s, placement_leader **out, size_t *n
 /* One candidate step of placement_leaders_load: p (led by h) goes to v and, for a swap,
  * q (led by v) comes to h. */
 typedef struct {
-    size_t p, q; /* partition indexes; q == SIZE_MAX: a single move */
-    size_t v;    /* node index */
-    uint64_t d;  /* load moved from h to v */
+    size_t p, q;  /* partition indexes; q == SIZE_MAX: a single move */
+    size_t v;     /* node index */
+    uint64_t d;   /* load moved from h to v */
     uint64_t top; /* the larger of the pair's loads afterwards: smaller is better */
 } load_step;
 
@@ -442,8 +442,7 @@ static load_step best_step(const load_plan *lp, size_t h, bool swaps)
                     !can_lead(s, &lp->sim[qi], hid))
                     continue;
                 consider(lp, h,
-                         (load_step){.p = pi, .q = qi, .v = v,
-                                     .d = lp->pload[pi] - lp->pload[qi]},
+                         (load_step){.p = pi, .q = qi, .v = v, .d = lp->pload[pi] - lp->pload[qi]},
                          &best);
             }
         }
@@ -451,15 +450,16 @@ static load_step best_step(const load_plan *lp, size_t h, bool swaps)
     return best;
 }
 
-/* Hottest and coolest ACTIVE nodes (ties: lowest index); false with fewer than two. */
-static bool load_extremes(const load_plan *lp, size_t *hot, size_t *cool, uint64_t *total,
-                          size_t *n_active)
+/* Hottest and coolest ACTIVE nodes of AZ `az` (NULL: any; ties: lowest index); false
+ * with fewer than two. */
+static bool load_extremes(const load_plan *lp, const char *az, size_t *hot, size_t *cool,
+                          uint64_t *total, size_t *n_active)
 {
     *hot = *cool = SIZE_MAX;
     *total = 0;
     *n_active = 0;
     for (size_t i = 0; i < meta_node_count(lp->s); i++) {
-        if (!is_active(lp->s, i))
+        if (!is_active(lp->s, i) || (az != NULL && strcmp(meta_node_at(lp->s, i)->az, az)))
             continue;
         (*n_active)++;
         *total += lp->nload[i];
@@ -473,11 +473,11 @@ static bool load_extremes(const load_plan *lp, size_t *hot, size_t *cool, uint64
 
 /* Whether the load is uneven enough to act on (placement_load_opts); sets the least
  * gain of a step, a quarter of the threshold. */
-static bool load_uneven(load_plan *lp, const placement_load_opts *o, size_t *hot)
+static bool load_uneven(load_plan *lp, const placement_load_opts *o, const char *az, size_t *hot)
 {
     size_t cool, n_active;
     uint64_t total;
-    if (!load_extremes(lp, hot, &cool, &total, &n_active))
+    if (!load_extremes(lp, az, hot, &cool, &total, &n_active))
         return false;
     uint64_t gap = lp->nload[*hot] - lp->nload[cool];
     unsigned __int128 rel = (unsigned __int128)(total / n_active) * o->gap_percent / 100;
@@ -514,7 +514,7 @@ int placement_leaders_load(const meta_state *s, placement_load_fn load, void *ct
         lp.nload[h] = lp.nload[h] > UINT64_MAX - pload[pi] ? UINT64_MAX : lp.nload[h] + pload[pi];
     }
     size_t steps = 0, h;
-    while (steps < o->max_changes && load_uneven(&lp, o, &h)) {
+    while (steps < o->max_changes && load_uneven(&lp, o, NULL, &h)) {
         load_step st = best_step(&lp, h, steps + 2 <= o->max_changes);
         if (st.p == SIZE_MAX)
             break;
@@ -538,6 +538,143 @@ done:
     free(lp.nload);
     free(lp.leads);
     return rc;
+}
+
+/* ------------------------------------------------------------------ replica load */
+
+/* Three voters, no learner: a partition a move may start on (as the scheduler requires). */
+static bool settled(const meta_partition *p)
+{
+    return p->n_members == META_REPLICAS && meta_partition_voters(p) == META_REPLICAS;
+}
+
+/* Whether partition pi may give its replica on node `from` to node `to` of the same AZ in
+ * this plan: settled, not moved yet, `from` not its leader, and the move legal (*after:
+ * the partition once moved). */
+static bool replica_movable(const load_plan *lp, const bool *moved, size_t pi, uint64_t from,
+                            uint64_t to, meta_partition *after)
+{
+    const meta_partition *p = &lp->sim[pi];
+    if (moved[pi] || !settled(p) || p->leader_hint == from || !meta_partition_has(p, from, NULL))
+        return false;
+    *after = *p;
+    return try_move(lp->s, after, from, to);
+}
+
+/* The best replica step off node h to another ACTIVE node of its AZ (best.p == SIZE_MAX:
+ * none); swaps only when `swaps`. */
+static load_step best_replica_step(const load_plan *lp, const size_t *counts, const bool *moved,
+                                   size_t h, bool swaps)
+{
+    const meta_state *s = lp->s;
+    size_t np = meta_partition_count(s), nn = meta_node_count(s);
+    const meta_node *nh = meta_node_at(s, h);
+    load_step best = {.p = SIZE_MAX, .q = SIZE_MAX};
+    meta_partition after;
+    for (size_t pi = 0; pi < np; pi++) {
+        for (size_t v = 0; v < nn; v++) {
+            const meta_node *nv = meta_node_at(s, v);
+            if (v == h || !is_active(s, v) || strcmp(nv->az, nh->az) ||
+                !replica_movable(lp, moved, pi, nh->id, nv->id, &after))
+                continue;
+            if (counts[v] < counts[h])
+                consider(lp, h, (load_step){.p = pi, .q = SIZE_MAX, .v = v, .d = lp->pload[pi]},
+                         &best);
+            for (size_t qi = 0; swaps && qi < np; qi++)
+                if (qi != pi && lp->pload[qi] < lp->pload[pi] &&
+                    replica_movable(lp, moved, qi, nv->id, nh->id, &after))
+                    consider(
+                        lp, h,
+                        (load_step){.p = pi, .q = qi, .v = v, .d = lp->pload[pi] - lp->pload[qi]},
+                        &best);
+        }
+    }
+    return best;
+}
+
+/* The next replica step of the plan (appended to *l), in the first AZ that is uneven and
+ * has one; false when none. */
+static bool replica_load_step(load_plan *lp, const placement_load_opts *o, size_t *counts,
+                              bool *moved, bool swaps, move_list *l, bool *failed, strata_err *err)
+{
+    const meta_state *s = lp->s;
+    for (size_t a = 0; a < meta_node_count(s); a++) {
+        const char *az = meta_node_at(s, a)->az;
+        bool first = true; /* each AZ once: at its first node */
+        for (size_t b = 0; b < a && first; b++)
+            first = strcmp(meta_node_at(s, b)->az, az) != 0;
+        size_t h;
+        if (!first || !load_uneven(lp, o, az, &h))
+            continue;
+        load_step st = best_replica_step(lp, counts, moved, h, swaps);
+        if (st.p == SIZE_MAX)
+            continue;
+        uint64_t hid = meta_node_at(s, h)->id, vid = meta_node_at(s, st.v)->id;
+        try_move(s, &lp->sim[st.p], hid, vid);
+        moved[st.p] = true;
+        *failed = push_move(l, (placement_move){lp->sim[st.p].id, hid, vid, true}, err) != 0;
+        if (st.q != SIZE_MAX) {
+            try_move(s, &lp->sim[st.q], vid, hid);
+            moved[st.q] = true;
+            *failed |= push_move(l, (placement_move){lp->sim[st.q].id, vid, hid, true}, err) != 0;
+        } else {
+            counts[h]--;
+            counts[st.v]++;
+        }
+        lp->nload[h] -= st.d;
+        lp->nload[st.v] += st.d;
+        return !*failed;
+    }
+    return false;
+}
+
+int placement_rebalance_load(const meta_state *s, placement_load_fn load, void *ctx,
+                             const placement_load_opts *o, placement_move **out, size_t *n,
+                             strata_err *err)
+{
+    *out = NULL;
+    *n = 0;
+    meta_partition *sim;
+    size_t *counts;
+    if (sim_init(s, &sim, &counts, err))
+        return -1;
+    size_t nn = meta_node_count(s), np = meta_partition_count(s);
+    load_plan lp = {.s = s, .sim = sim};
+    uint64_t *pload = calloc(np + 1, sizeof(uint64_t));
+    bool *moved = calloc(np + 1, sizeof(bool));
+    lp.nload = calloc(nn + 1, sizeof(uint64_t));
+    move_list l = {0};
+    bool failed = !pload || !moved || !lp.nload;
+    if (failed) {
+        strata_err_set(err, ERR_NOMEM, "placement: out of memory");
+        goto done;
+    }
+    lp.pload = pload;
+    for (size_t pi = 0; pi < np; pi++) {
+        pload[pi] = load(ctx, sim[pi].id);
+        for (uint32_t m = 0; m < sim[pi].n_members; m++) {
+            size_t i = meta_node_index(s, sim[pi].members[m].node);
+            if (i != SIZE_MAX)
+                lp.nload[i] =
+                    lp.nload[i] > UINT64_MAX - pload[pi] ? UINT64_MAX : lp.nload[i] + pload[pi];
+        }
+    }
+    while (l.n < o->max_changes &&
+           replica_load_step(&lp, o, counts, moved, l.n + 2 <= o->max_changes, &l, &failed, err))
+        ;
+done:
+    free(sim);
+    free(counts);
+    free(pload);
+    free(moved);
+    free(lp.nload);
+    if (failed) {
+        free(l.v);
+        return -1;
+    }
+    *out = l.v;
+    *n = l.n;
+    return 0;
 }
 
 /* ------------------------------------------------------------------ moves */

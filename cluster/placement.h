@@ -17,6 +17,8 @@
  *     moves or swaps between two nodes) so the most loaded ACTIVE node sheds load, leader
  *     counts staying as even as they were (within 1: the count balancer then has nothing
  *     to undo).
+ *   - Replica load (placement_rebalance_load): the same within each AZ for replicas, by
+ *     moves between nodes of one AZ (so only clusters with more nodes than AZs).
  *   - A move (partition, from, to) is three commands: ADD_LEARNER(to), PROMOTE(to) (only
  *     when `from` is a voter), REMOVE_REPLICA(from). Targets prefer `from`'s AZ, then the
  *     lowest replica count.
@@ -79,14 +81,31 @@ typedef struct {
  * loads settle; h sheds at least d/2 and at least a quarter of the threshold, so no step
  * moves a large load for a small gain nor shuffles small loads for nothing (with noisy
  * figures, hot partitions would wander between nodes). A skew made only of partitions
- * each lighter than that quarter is left alone. The step leaving the pair's larger load smallest is taken
- * (ties: single moves, then lower partition ids); planning stops when the gap is within
- * the threshold, no step relieves h, or max_changes would be exceeded. The list holds
- * the net changes, in partition order.
+ * each lighter than that quarter is left alone. The step leaving the pair's larger load
+ * smallest is taken (ties: single moves, then lower partition ids); planning stops when
+ * the gap is within the threshold, no step relieves h, or max_changes would be exceeded.
+ * The list holds the net changes, in partition order.
  */
 int placement_leaders_load(const meta_state *s, placement_load_fn load, void *ctx,
                            const placement_load_opts *o, placement_leader **out, size_t *n,
                            strata_err *err);
+
+/*
+ * Replica moves (*out heap, free()) that even out replica load within each AZ: a node's
+ * load is the sum of the loads of the partitions it holds a replica of (every replica
+ * applies every write; the figure is the partition's). Same rules as
+ * placement_leaders_load, per AZ (threshold against the AZ's mean): a step moves the
+ * replica of a partition p from the AZ's hottest ACTIVE node h to an ACTIVE node v of the
+ * same AZ, alone when v holds fewer replicas than h, or swapped with the replica of a
+ * lighter partition q from v to h (two moves, counts unchanged). Only partitions with
+ * three voters and no learner move, at most once per plan, never off the node their hint
+ * names (leadership is placement_leaders_load's), and every move keeps the AZ and host
+ * rules at every step (placement_move_cmd). max_changes counts moves. A cluster with one
+ * node per AZ (three nodes) never gets any.
+ */
+int placement_rebalance_load(const meta_state *s, placement_load_fn load, void *ctx,
+                             const placement_load_opts *o, placement_move **out, size_t *n,
+                             strata_err *err);
 
 /* Moves that take every replica off `node` (normally DRAINING). */
 int placement_drain(const meta_state *s, uint64_t node, placement_move **out, size_t *n,

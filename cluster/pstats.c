@@ -49,8 +49,9 @@ uint64_t pstats_load_rate(int64_t read_nano, int64_t write_nano, uint64_t ms)
     if (ms == 0)
         return 0;
     /* nano-units over ms -> milli-units per second: x 1000 (per s) / 1e6 (nano -> milli). */
-    unsigned __int128 w = (unsigned __int128)(read_nano > 0 ? read_nano : 0) +
-                          (unsigned __int128)(write_nano > 0 ? write_nano : 0) * PSTATS_WRITE_WEIGHT;
+    unsigned __int128 w =
+        (unsigned __int128)(read_nano > 0 ? read_nano : 0) +
+        (unsigned __int128)(write_nano > 0 ? write_nano : 0) * PSTATS_WRITE_WEIGHT;
     unsigned __int128 r = w / ((unsigned __int128)ms * 1000);
     return r > UINT64_MAX ? UINT64_MAX : (uint64_t)r;
 }
@@ -96,8 +97,7 @@ int pstats_receive(pstats *s, const uint8_t *data, size_t len, uint64_t now_ms, 
     uint8_t version = rd_u8(&r);
     uint64_t n = rd_varint(&r);
     bool v1 = version == PSTATS_VERSION_1;
-    if (r.failed || (!v1 && version != PSTATS_VERSION) || n > PSTATS_MAX_ENTRIES ||
-        n > rd_left(&r))
+    if (r.failed || (!v1 && version != PSTATS_VERSION) || n > PSTATS_MAX_ENTRIES || n > rd_left(&r))
         return strata_err_set(err, ERR_CORRUPT, "malformed partition statistics");
     pstats_entry *e = calloc(n ? (size_t)n : 1, sizeof *e);
     if (e == NULL)

@@ -112,10 +112,10 @@ enum {
  * and the coolest node above LOAD_MIN_GAP (milli-units/s of pstats.h's load: 50 read units
  * per second, about 17 write units; below that where leaders sit does not matter) and
  * LOAD_GAP_PERCENT of the mean node load, with at most LOAD_MAX_CHANGES hint changes. */
-#define LOAD_PLAN_MS        10000
-#define LOAD_MIN_GAP        50000
-#define LOAD_GAP_PERCENT    25
-#define LOAD_MAX_CHANGES    4
+#define LOAD_PLAN_MS     10000
+#define LOAD_MIN_GAP     50000
+#define LOAD_GAP_PERCENT 25
+#define LOAD_MAX_CHANGES 4
 
 #define SPLIT_PROPOSE_MS     2000 /* a parent's leader proposes a SPLIT again after this long */
 #define SPLIT_ATTEMPTS       8    /* re-proposals of a map split that lost its child id */

@@ -154,7 +154,7 @@ static void load_rate(void **state)
     assert_int_equal(pstats_load_rate(10 * unit, 5 * unit, 2000), 12500);
     assert_int_equal(pstats_load_rate(unit / 2, 0, 1000), 500); /* half a read unit */
     assert_int_equal(pstats_load_rate(0, unit, 1000), 1000 * PSTATS_WRITE_WEIGHT);
-    assert_int_equal(pstats_load_rate(unit, unit, 0), 0);    /* no window */
+    assert_int_equal(pstats_load_rate(unit, unit, 0), 0);      /* no window */
     assert_int_equal(pstats_load_rate(-unit, -unit, 1000), 0); /* counters restarted */
     assert_int_equal(pstats_load_rate(INT64_MAX, INT64_MAX, 1), 36893488147419103);
 }
