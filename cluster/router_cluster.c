@@ -17,7 +17,7 @@
  *                     raw read request -> raw result
  *   MSG_GROUP_STATUS  varint partition -> u8 bits: caught up (for promoting a learner),
  *                     feeds a joiner a whole state (before an empty replica joins)
- *   MSG_PART_STATS    item counts, sizes and loads of the partitions the sender leads
+ *   MSG_PART_STATS    item counts and sizes of the partitions the sender leads
  *                     (cluster/pstats.h), every STATS_PUSH_MS        (fire and forget)
  *   MSG_SNAP_CHUNK    varint partition | varint session | start key -> varint applied
  *                     index | u64be hash_lo | u64be hash_hi (the source's range) | u8 done |
@@ -3726,7 +3726,8 @@ static void sample_load(rcluster *c, lpart *lp, uint64_t now)
 }
 
 /* Tells every other node the figures of the partitions this node leads (in messages of
- * at most PSTATS_MAX_ENTRIES), and forgets figures of partitions no longer in the map. */
+ * at most PSTATS_MAX_ENTRIES; with their loads, sampled here on every replica), and
+ * forgets figures of partitions no longer in the map. */
 static void push_stats(rcluster *c)
 {
     uint64_t now = now_ms(c);
