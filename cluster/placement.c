@@ -272,16 +272,44 @@ static bool shift_one_leader(const meta_state *s, meta_partition *sim, size_t np
     return false;
 }
 
+/* Starts a plan of hint changes: no changes yet, *sim a copy of the partition map. */
+static int hint_plan_init(const meta_state *s, meta_partition **sim, placement_leader **out,
+                          size_t *n, strata_err *err)
+{
+    size_t *counts;
+    *out = NULL;
+    *n = 0;
+    if (sim_init(s, sim, &counts, err))
+        return -1;
+    free(counts);
+    return 0;
+}
+
+/* The hints of `sim` that differ from s's and are not 0, in partition order (*out heap). */
+static int hint_changes(const meta_state *s, const meta_partition *sim, placement_leader **out,
+                        size_t *n, strata_err *err)
+{
+    size_t np = meta_partition_count(s), changed = 0;
+    for (size_t pi = 0; pi < np; pi++)
+        changed += sim[pi].leader_hint != meta_partition_at(s, pi)->leader_hint &&
+                   sim[pi].leader_hint != 0;
+    placement_leader *res = malloc((changed ? changed : 1) * sizeof(*res));
+    if (res == NULL)
+        return strata_err_set(err, ERR_NOMEM, "placement: out of memory");
+    for (size_t pi = 0; pi < np; pi++)
+        if (sim[pi].leader_hint != meta_partition_at(s, pi)->leader_hint && sim[pi].leader_hint)
+            res[(*n)++] = (placement_leader){sim[pi].id, sim[pi].leader_hint};
+    *out = res;
+    return 0;
+}
+
 /* Hints that must move (0, or a node that cannot lead) go to the voter that can lead
  * with the fewest hints; with `balance`, chains of moves then even out the counts. */
 static int plan_leaders(const meta_state *s, bool balance, placement_leader **out, size_t *n,
                         strata_err *err)
 {
-    *out = NULL;
-    *n = 0;
     meta_partition *sim;
-    size_t *counts;
-    if (sim_init(s, &sim, &counts, err))
+    if (hint_plan_init(s, &sim, out, n, err))
         return -1;
     size_t nn = meta_node_count(s), np = meta_partition_count(s);
     size_t *leads = calloc(nn + 1, sizeof(size_t));
@@ -289,7 +317,6 @@ static int plan_leaders(const meta_state *s, bool balance, placement_leader **ou
     size_t *prev_part = calloc(nn + 1, sizeof(size_t));
     size_t *queue = calloc(nn + 1, sizeof(size_t));
     bool *seen = calloc(nn + 1, sizeof(bool));
-    placement_leader *res = NULL;
     int rc = -1;
     if (!leads || !prev_node || !prev_part || !queue || !seen) {
         strata_err_set(err, ERR_NOMEM, "placement: out of memory");
@@ -314,23 +341,9 @@ static int plan_leaders(const meta_state *s, bool balance, placement_leader **ou
     /* Each shift lowers the sum of squared leader counts, so this ends. */
     while (balance && shift_one_leader(s, sim, np, leads, prev_node, prev_part, seen, queue))
         ;
-    size_t changed = 0;
-    for (size_t pi = 0; pi < np; pi++)
-        changed += sim[pi].leader_hint != meta_partition_at(s, pi)->leader_hint &&
-                   sim[pi].leader_hint != 0;
-    res = malloc((changed ? changed : 1) * sizeof(*res));
-    if (res == NULL) {
-        strata_err_set(err, ERR_NOMEM, "placement: out of memory");
-        goto done;
-    }
-    for (size_t pi = 0; pi < np; pi++)
-        if (sim[pi].leader_hint != meta_partition_at(s, pi)->leader_hint && sim[pi].leader_hint)
-            res[(*n)++] = (placement_leader){sim[pi].id, sim[pi].leader_hint};
-    *out = res;
-    rc = 0;
+    rc = hint_changes(s, sim, out, n, err);
 done:
     free(sim);
-    free(counts);
     free(leads);
     free(prev_node);
     free(prev_part);
@@ -347,6 +360,321 @@ int placement_leaders(const meta_state *s, placement_leader **out, size_t *n, st
 int placement_leaders_fix(const meta_state *s, placement_leader **out, size_t *n, strata_err *err)
 {
     return plan_leaders(s, false, out, n, err);
+}
+
+/* ------------------------------------------------------------------ leader load */
+
+/* One candidate step of placement_leaders_load: p (led by h) goes to v and, for a swap,
+ * q (led by v) comes to h. */
+typedef struct {
+    size_t p, q;  /* partition indexes; q == SIZE_MAX: a single move */
+    size_t v;     /* node index */
+    uint64_t d;   /* load moved from h to v */
+    uint64_t top; /* the larger of the pair's loads afterwards: smaller is better */
+} load_step;
+
+typedef struct {
+    const meta_state *s;
+    meta_partition *sim;
+    const uint64_t *pload; /* by partition index */
+    uint64_t *nload;       /* by node index, ACTIVE nodes only */
+    size_t *leads;         /* by node index, ACTIVE nodes only */
+    uint64_t min_gain;     /* a step lowers the hot node's load at least this much */
+} load_plan;
+
+/* The node index of p's hint when that hint may lead, else SIZE_MAX. */
+static size_t led_by(const load_plan *lp, size_t pi)
+{
+    const meta_partition *p = &lp->sim[pi];
+    if (p->leader_hint == 0 || !can_lead(lp->s, p, p->leader_hint))
+        return SIZE_MAX;
+    return meta_node_index(lp->s, p->leader_hint);
+}
+
+/* Whether `c` beats `best` (see placement.h: lower top, then single moves, then ids). */
+static bool step_better(const load_step *c, const load_step *best)
+{
+    if (best->p == SIZE_MAX || c->top != best->top)
+        return best->p == SIZE_MAX || c->top < best->top;
+    bool c_single = c->q == SIZE_MAX, b_single = best->q == SIZE_MAX;
+    if (c_single != b_single)
+        return c_single;
+    if (c->p != best->p)
+        return c->p < best->p;
+    return c->q < best->q;
+}
+
+/* Offers the step moving d from h to v if it narrows the pair's gap with d at most 2/3
+ * of it and gains at least min_gain (placement.h). */
+static void consider(const load_plan *lp, size_t h, load_step c, load_step *best)
+{
+    uint64_t lh = lp->nload[h], lv = lp->nload[c.v];
+    if (c.d == 0 || lv >= lh || (unsigned __int128)c.d * 3 > (unsigned __int128)(lh - lv) * 2)
+        return;
+    c.top = lh - c.d > lv + c.d ? lh - c.d : lv + c.d;
+    if (lh - c.top < lp->min_gain)
+        return;
+    if (step_better(&c, best))
+        *best = c;
+}
+
+/* The best step relieving node h (best.p == SIZE_MAX: none); swaps only when `swaps`. */
+static load_step best_step(const load_plan *lp, size_t h, bool swaps)
+{
+    const meta_state *s = lp->s;
+    size_t np = meta_partition_count(s);
+    uint64_t hid = meta_node_at(s, h)->id;
+    load_step best = {.p = SIZE_MAX, .q = SIZE_MAX};
+    for (size_t pi = 0; pi < np; pi++) {
+        if (led_by(lp, pi) != h)
+            continue;
+        const meta_partition *p = &lp->sim[pi];
+        for (uint32_t m = 0; m < p->n_members; m++) {
+            uint64_t vid = p->members[m].node;
+            size_t v = meta_node_index(s, vid);
+            if (vid == hid || v == SIZE_MAX || !can_lead(s, p, vid))
+                continue;
+            if (lp->leads[v] < lp->leads[h])
+                consider(lp, h, (load_step){.p = pi, .q = SIZE_MAX, .v = v, .d = lp->pload[pi]},
+                         &best);
+            for (size_t qi = 0; swaps && qi < np; qi++) {
+                if (led_by(lp, qi) != v || lp->pload[qi] >= lp->pload[pi] ||
+                    !can_lead(s, &lp->sim[qi], hid))
+                    continue;
+                consider(lp, h,
+                         (load_step){.p = pi, .q = qi, .v = v, .d = lp->pload[pi] - lp->pload[qi]},
+                         &best);
+            }
+        }
+    }
+    return best;
+}
+
+/* Hottest and coolest ACTIVE nodes of AZ `az` (NULL: any; ties: lowest index); false
+ * with fewer than two. */
+static bool load_extremes(const load_plan *lp, const char *az, size_t *hot, size_t *cool,
+                          uint64_t *total, size_t *n_active)
+{
+    *hot = *cool = SIZE_MAX;
+    *total = 0;
+    *n_active = 0;
+    for (size_t i = 0; i < meta_node_count(lp->s); i++) {
+        if (!is_active(lp->s, i) || (az != NULL && strcmp(meta_node_at(lp->s, i)->az, az)))
+            continue;
+        (*n_active)++;
+        *total += lp->nload[i];
+        if (*hot == SIZE_MAX || lp->nload[i] > lp->nload[*hot])
+            *hot = i;
+        if (*cool == SIZE_MAX || lp->nload[i] < lp->nload[*cool])
+            *cool = i;
+    }
+    return *n_active >= 2;
+}
+
+/* Whether the load is uneven enough to act on (placement_load_opts); sets the least
+ * gain of a step, a quarter of the threshold. */
+static bool load_uneven(load_plan *lp, const placement_load_opts *o, const char *az, size_t *hot)
+{
+    size_t cool, n_active;
+    uint64_t total;
+    if (!load_extremes(lp, az, hot, &cool, &total, &n_active))
+        return false;
+    uint64_t gap = lp->nload[*hot] - lp->nload[cool];
+    unsigned __int128 rel = (unsigned __int128)(total / n_active) * o->gap_percent / 100;
+    uint64_t threshold = rel > o->min_gap ? (uint64_t)rel : o->min_gap;
+    lp->min_gain = threshold / 4;
+    return gap > threshold;
+}
+
+int placement_leaders_load(const meta_state *s, placement_load_fn load, void *ctx,
+                           const placement_load_opts *o, placement_leader **out, size_t *n,
+                           strata_err *err)
+{
+    meta_partition *sim;
+    if (hint_plan_init(s, &sim, out, n, err))
+        return -1;
+    size_t nn = meta_node_count(s), np = meta_partition_count(s);
+    load_plan lp = {.s = s, .sim = sim};
+    uint64_t *pload = calloc(np + 1, sizeof(uint64_t));
+    lp.nload = calloc(nn + 1, sizeof(uint64_t));
+    lp.leads = calloc(nn + 1, sizeof(size_t));
+    int rc = -1;
+    if (!pload || !lp.nload || !lp.leads) {
+        strata_err_set(err, ERR_NOMEM, "placement: out of memory");
+        goto done;
+    }
+    lp.pload = pload;
+    for (size_t pi = 0; pi < np; pi++) {
+        pload[pi] = load(ctx, sim[pi].id);
+        size_t h = led_by(&lp, pi);
+        if (h == SIZE_MAX)
+            continue;
+        lp.leads[h]++;
+        /* Saturating: loads near UINT64_MAX only make that node the hottest. */
+        lp.nload[h] = lp.nload[h] > UINT64_MAX - pload[pi] ? UINT64_MAX : lp.nload[h] + pload[pi];
+    }
+    size_t steps = 0, h;
+    while (steps < o->max_changes && load_uneven(&lp, o, NULL, &h)) {
+        load_step st = best_step(&lp, h, steps + 2 <= o->max_changes);
+        if (st.p == SIZE_MAX)
+            break;
+        size_t v = st.v;
+        sim[st.p].leader_hint = meta_node_at(s, v)->id;
+        if (st.q != SIZE_MAX) {
+            sim[st.q].leader_hint = meta_node_at(s, h)->id;
+            steps++;
+        } else {
+            lp.leads[h]--;
+            lp.leads[v]++;
+        }
+        steps++;
+        lp.nload[h] -= st.d;
+        lp.nload[v] += st.d;
+    }
+    rc = hint_changes(s, sim, out, n, err);
+done:
+    free(sim);
+    free(pload);
+    free(lp.nload);
+    free(lp.leads);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ replica load */
+
+/* Three voters, no learner: a partition a move may start on (as the scheduler requires). */
+static bool settled(const meta_partition *p)
+{
+    return p->n_members == META_REPLICAS && meta_partition_voters(p) == META_REPLICAS;
+}
+
+/* Whether partition pi may give its replica on node `from` to node `to` of the same AZ in
+ * this plan: settled, not moved yet, `from` not its leader, and the move legal (*after:
+ * the partition once moved). */
+static bool replica_movable(const load_plan *lp, const bool *moved, size_t pi, uint64_t from,
+                            uint64_t to, meta_partition *after)
+{
+    const meta_partition *p = &lp->sim[pi];
+    if (moved[pi] || !settled(p) || p->leader_hint == from || !meta_partition_has(p, from, NULL))
+        return false;
+    *after = *p;
+    return try_move(lp->s, after, from, to);
+}
+
+/* The best replica step off node h to another ACTIVE node of its AZ (best.p == SIZE_MAX:
+ * none); swaps only when `swaps`. */
+static load_step best_replica_step(const load_plan *lp, const size_t *counts, const bool *moved,
+                                   size_t h, bool swaps)
+{
+    const meta_state *s = lp->s;
+    size_t np = meta_partition_count(s), nn = meta_node_count(s);
+    const meta_node *nh = meta_node_at(s, h);
+    load_step best = {.p = SIZE_MAX, .q = SIZE_MAX};
+    meta_partition after;
+    for (size_t pi = 0; pi < np; pi++) {
+        for (size_t v = 0; v < nn; v++) {
+            const meta_node *nv = meta_node_at(s, v);
+            if (v == h || !is_active(s, v) || strcmp(nv->az, nh->az) ||
+                !replica_movable(lp, moved, pi, nh->id, nv->id, &after))
+                continue;
+            if (counts[v] < counts[h])
+                consider(lp, h, (load_step){.p = pi, .q = SIZE_MAX, .v = v, .d = lp->pload[pi]},
+                         &best);
+            for (size_t qi = 0; swaps && qi < np; qi++)
+                if (qi != pi && lp->pload[qi] < lp->pload[pi] &&
+                    replica_movable(lp, moved, qi, nv->id, nh->id, &after))
+                    consider(
+                        lp, h,
+                        (load_step){.p = pi, .q = qi, .v = v, .d = lp->pload[pi] - lp->pload[qi]},
+                        &best);
+        }
+    }
+    return best;
+}
+
+/* The next replica step of the plan (appended to *l), in the first AZ that is uneven and
+ * has one; false when none. */
+static bool replica_load_step(load_plan *lp, const placement_load_opts *o, size_t *counts,
+                              bool *moved, bool swaps, move_list *l, bool *failed, strata_err *err)
+{
+    const meta_state *s = lp->s;
+    for (size_t a = 0; a < meta_node_count(s); a++) {
+        const char *az = meta_node_at(s, a)->az;
+        bool first = true; /* each AZ once: at its first node */
+        for (size_t b = 0; b < a && first; b++)
+            first = strcmp(meta_node_at(s, b)->az, az) != 0;
+        size_t h;
+        if (!first || !load_uneven(lp, o, az, &h))
+            continue;
+        load_step st = best_replica_step(lp, counts, moved, h, swaps);
+        if (st.p == SIZE_MAX)
+            continue;
+        uint64_t hid = meta_node_at(s, h)->id, vid = meta_node_at(s, st.v)->id;
+        try_move(s, &lp->sim[st.p], hid, vid);
+        moved[st.p] = true;
+        *failed = push_move(l, (placement_move){lp->sim[st.p].id, hid, vid, true}, err) != 0;
+        if (st.q != SIZE_MAX) {
+            try_move(s, &lp->sim[st.q], vid, hid);
+            moved[st.q] = true;
+            *failed |= push_move(l, (placement_move){lp->sim[st.q].id, vid, hid, true}, err) != 0;
+        } else {
+            counts[h]--;
+            counts[st.v]++;
+        }
+        lp->nload[h] -= st.d;
+        lp->nload[st.v] += st.d;
+        return !*failed;
+    }
+    return false;
+}
+
+int placement_rebalance_load(const meta_state *s, placement_load_fn load, void *ctx,
+                             const placement_load_opts *o, placement_move **out, size_t *n,
+                             strata_err *err)
+{
+    *out = NULL;
+    *n = 0;
+    meta_partition *sim;
+    size_t *counts;
+    if (sim_init(s, &sim, &counts, err))
+        return -1;
+    size_t nn = meta_node_count(s), np = meta_partition_count(s);
+    load_plan lp = {.s = s, .sim = sim};
+    uint64_t *pload = calloc(np + 1, sizeof(uint64_t));
+    bool *moved = calloc(np + 1, sizeof(bool));
+    lp.nload = calloc(nn + 1, sizeof(uint64_t));
+    move_list l = {0};
+    bool failed = !pload || !moved || !lp.nload;
+    if (failed) {
+        strata_err_set(err, ERR_NOMEM, "placement: out of memory");
+        goto done;
+    }
+    lp.pload = pload;
+    for (size_t pi = 0; pi < np; pi++) {
+        pload[pi] = load(ctx, sim[pi].id);
+        for (uint32_t m = 0; m < sim[pi].n_members; m++) {
+            size_t i = meta_node_index(s, sim[pi].members[m].node);
+            if (i != SIZE_MAX)
+                lp.nload[i] =
+                    lp.nload[i] > UINT64_MAX - pload[pi] ? UINT64_MAX : lp.nload[i] + pload[pi];
+        }
+    }
+    while (l.n < o->max_changes &&
+           replica_load_step(&lp, o, counts, moved, l.n + 2 <= o->max_changes, &l, &failed, err))
+        ;
+done:
+    free(sim);
+    free(counts);
+    free(pload);
+    free(moved);
+    free(lp.nload);
+    if (failed) {
+        free(l.v);
+        return -1;
+    }
+    *out = l.v;
+    *n = l.n;
+    return 0;
 }
 
 /* ------------------------------------------------------------------ moves */

@@ -13,6 +13,12 @@
  *   - Leader hints: the replica with the fewest leader hints; placement_leaders then
  *     moves hints along chains of partitions until leader counts over ACTIVE nodes are
  *     within 1 (or no chain can improve them).
+ *   - Leader load (placement_leaders_load): with per-partition loads, hints move (single
+ *     moves or swaps between two nodes) so the most loaded ACTIVE node sheds load, leader
+ *     counts staying as even as they were (within 1: the count balancer then has nothing
+ *     to undo).
+ *   - Replica load (placement_rebalance_load): the same within each AZ for replicas, by
+ *     moves between nodes of one AZ (so only clusters with more nodes than AZs).
  *   - A move (partition, from, to) is three commands: ADD_LEARNER(to), PROMOTE(to) (only
  *     when `from` is a voter), REMOVE_REPLICA(from). Targets prefer `from`'s AZ, then the
  *     lowest replica count.
@@ -49,6 +55,57 @@ int placement_leaders(const meta_state *s, placement_leader **out, size_t *n, st
 /* Only the hints that must move (as above), each to the ACTIVE voter with the fewest
  * hints: what a drain needs before its replicas move, without any balancing shuffle. */
 int placement_leaders_fix(const meta_state *s, placement_leader **out, size_t *n, strata_err *err);
+
+/* Load-based leader balance. Loads are per partition, in any unit (the caller's: the
+ * scheduler uses pstats.h's milli-units per second), and a node's load is the sum over
+ * the partitions whose hint names it. */
+typedef uint64_t (*placement_load_fn)(void *ctx, uint64_t partition_id);
+
+typedef struct {
+    uint64_t min_gap;     /* act only when hottest - coolest exceeds this (absolute) ... */
+    unsigned gap_percent; /* ... and this percentage of the mean load per ACTIVE node */
+    size_t max_changes;   /* hint changes per plan at most (a swap takes two) */
+} placement_load_opts;
+
+/*
+ * Leader-hint changes (META_CMD_SET_LEADER each, *out heap, free()) that lower the load of
+ * the most loaded ACTIVE node, or none. Only hints naming an ACTIVE voter are considered
+ * and only ACTIVE voters get hints (hints that must move are placement_leaders_fix's).
+ * While the hottest node h exceeds the coolest by more than the threshold of `o`, one
+ * step moves load d from h to a node v (one of the partition's voters):
+ *   - a swap: a partition p led by h goes to v and a partition q led by v, where h is a
+ *     voter, comes to h (d = load(p) - load(q)); counts do not change; or
+ *   - a move of p alone, when v leads fewer partitions than h (counts stay as even).
+ * A step must satisfy 0 < d <= 2/3 (load(h) - load(v)): the pair ends closer than it
+ * started, so the sum of squared node loads strictly falls and repeated plans on the same
+ * loads settle; h sheds at least d/2 and at least a quarter of the threshold, so no step
+ * moves a large load for a small gain nor shuffles small loads for nothing (with noisy
+ * figures, hot partitions would wander between nodes). A skew made only of partitions
+ * each lighter than that quarter is left alone. The step leaving the pair's larger load
+ * smallest is taken (ties: single moves, then lower partition ids); planning stops when
+ * the gap is within the threshold, no step relieves h, or max_changes would be exceeded.
+ * The list holds the net changes, in partition order.
+ */
+int placement_leaders_load(const meta_state *s, placement_load_fn load, void *ctx,
+                           const placement_load_opts *o, placement_leader **out, size_t *n,
+                           strata_err *err);
+
+/*
+ * Replica moves (*out heap, free()) that even out replica load within each AZ: a node's
+ * load is the sum of the loads of the partitions it holds a replica of (every replica
+ * applies every write; the figure is the partition's). Same rules as
+ * placement_leaders_load, per AZ (threshold against the AZ's mean): a step moves the
+ * replica of a partition p from the AZ's hottest ACTIVE node h to an ACTIVE node v of the
+ * same AZ, alone when v holds fewer replicas than h, or swapped with the replica of a
+ * lighter partition q from v to h (two moves, counts unchanged). Only partitions with
+ * three voters and no learner move, at most once per plan, never off the node their hint
+ * names (leadership is placement_leaders_load's), and every move keeps the AZ and host
+ * rules at every step (placement_move_cmd). max_changes counts moves. A cluster with one
+ * node per AZ (three nodes) never gets any.
+ */
+int placement_rebalance_load(const meta_state *s, placement_load_fn load, void *ctx,
+                             const placement_load_opts *o, placement_move **out, size_t *n,
+                             strata_err *err);
 
 /* Moves that take every replica off `node` (normally DRAINING). */
 int placement_drain(const meta_state *s, uint64_t node, placement_move **out, size_t *n,

@@ -115,6 +115,16 @@ enum {
 #define TRANSFER_BACKOFF_MS     1000 /* after a failed transfer; doubles, up to the max */
 #define TRANSFER_BACKOFF_MAX_MS 16000
 #define LEADER_PLAN_MS          1000 /* the scheduler re-plans balanced hints at most this often */
+/* Leader balance by load (schedule_leaders_load). A plan at most every LOAD_PLAN_MS: several
+ * stats windows (STATS_PUSH_MS), so the loads it reads are whole windows measured after
+ * the last plan's transfers, not one noisy window. It acts on a gap between the hottest
+ * and the coolest node above LOAD_MIN_GAP (milli-units/s of pstats.h's load: 50 read units
+ * per second, about 17 write units; below that where leaders sit does not matter) and
+ * LOAD_GAP_PERCENT of the mean node load, with at most LOAD_MAX_CHANGES hint changes. */
+#define LOAD_PLAN_MS     10000
+#define LOAD_MIN_GAP     50000
+#define LOAD_GAP_PERCENT 25
+#define LOAD_MAX_CHANGES 4
 
 #define SPLIT_PROPOSE_MS     2000 /* a parent's leader proposes a SPLIT again after this long */
 #define SPLIT_ATTEMPTS       8    /* re-proposals of a map split that lost its child id */
@@ -161,6 +171,12 @@ typedef struct lpart {
     bool child_flushing;     /* child: flushing before its first compaction */
     uint64_t child_compact;  /* child: durable up to here, compact (all) at it */
     bool child_noop;         /* child leader: its no-op entry is in flight */
+    /* Load (pstats.h), sampled every STATS_PUSH_MS: the capacity counters at the last
+     * sample (cap_kind order), when it was taken (0: never), the rate since the one
+     * before, in milli-units per second. */
+    int64_t load_nano[2];
+    uint64_t load_at;
+    uint64_t load;
 } lpart;
 
 /* An empty replica about to join a partition asks the partition's other members whether
@@ -313,6 +329,7 @@ struct rcluster {
     placement_leader *lead_plan; /* meta leader: hint changes still to propose, in order */
     size_t lead_plan_n, lead_plan_next;
     uint64_t lead_planned; /* when the last balancing plan was made */
+    uint64_t load_planned; /* when the last plan by load was made (schedule_leaders_load) */
     op *retry_head;
     size_t n_ops;
     uv_timer_t tick, kick, retry;
@@ -2503,6 +2520,8 @@ static bool active_nodes_connected(const rcluster *c)
  * `balance` false only fixes hints that must move). A plan is followed in order, as only
  * the whole of it is balanced; a step whose node can no longer lead drops the plan.
  * Returns true when it proposed something. */
+static bool lead_plan_step(rcluster *c);
+
 static bool schedule_leaders(rcluster *c, bool balance)
 {
     uint64_t now = now_ms(c);
@@ -2513,6 +2532,64 @@ static bool schedule_leaders(rcluster *c, bool balance)
         if (balance)
             c->lead_planned = now;
     }
+    return lead_plan_step(c);
+}
+
+/* Load of a partition for placement_leaders_load: this node's own figure when it leads
+ * the partition, else the one its leader sent lately (pstats); a partition with neither
+ * counts as `missing` (its leader changed, or is gone): no plan is made on half the
+ * picture. */
+typedef struct {
+    rcluster *c;
+    uint64_t since; /* figures heard before this are stale */
+    size_t missing;
+} load_view;
+
+static uint64_t partition_load(void *ctx, uint64_t pid)
+{
+    load_view *v = ctx;
+    const lpart *lp = lpart_find(v->c, pid);
+    uint64_t load = 0;
+    if (lp != NULL && lp->load_at >= v->since && raft_host_is_leader(v->c->host, pid))
+        return lp->load;
+    if (!pstats_get_load(v->c->heard, pid, v->since, &load))
+        v->missing++;
+    return load;
+}
+
+/* When the count-balanced plan has nothing to do: hint changes that spread the load of
+ * leaders (placement_leaders_load, LOAD_* above), proposed through the same plan as
+ * schedule_leaders. Returns true when it proposed something. */
+static bool schedule_leaders_load(rcluster *c)
+{
+    uint64_t now = now_ms(c);
+    if (c->lead_plan_next < c->lead_plan_n || now - c->load_planned < LOAD_PLAN_MS ||
+        !active_nodes_connected(c))
+        return false;
+    c->load_planned = now;
+    load_view v = {.c = c, .since = now > 3 * STATS_PUSH_MS ? now - 3 * STATS_PUSH_MS : 0};
+    placement_load_opts o = {
+        .min_gap = LOAD_MIN_GAP, .gap_percent = LOAD_GAP_PERCENT, .max_changes = LOAD_MAX_CHANGES};
+    placement_leader *plan;
+    size_t n;
+    strata_err err;
+    if (placement_leaders_load(c->meta, partition_load, &v, &o, &plan, &n, &err) != 0)
+        return false;
+    if (v.missing > 0 || n == 0) {
+        free(plan);
+        return false;
+    }
+    fprintf(stderr, "stratad: leader load plan: %zu hint change(s)\n", n);
+    free(c->lead_plan);
+    c->lead_plan = plan;
+    c->lead_plan_n = n;
+    c->lead_plan_next = 0;
+    return lead_plan_step(c);
+}
+
+/* Proposes the next change of the current plan; see schedule_leaders. */
+static bool lead_plan_step(rcluster *c)
+{
     while (c->lead_plan_next < c->lead_plan_n) {
         placement_leader *pl = &c->lead_plan[c->lead_plan_next++];
         const meta_partition *mp = meta_partition_find(c->meta, pl->partition_id);
@@ -2643,7 +2720,7 @@ static void follow_map_leaders(rcluster *c)
  * a draining node hands its leaderships over), then moves in progress (promote a
  * caught-up learner, remove the extra voter), then new moves: off draining nodes, off
  * nodes down past replace_after, and toward even replica counts (a node that joined);
- * last, when nothing else is to do, balanced leader hints. */
+ * last, when nothing else is to do, balanced leader hints: counts first, then load. */
 static void schedule(rcluster *c)
 {
     if (!c->voter || c->sched_busy || c->closing || !raft_host_is_leader(c->host, META_GROUP))
@@ -2696,7 +2773,9 @@ static void schedule(rcluster *c)
         if (started)
             return;
     }
-    schedule_leaders(c, true);
+    if (schedule_leaders(c, true))
+        return;
+    schedule_leaders_load(c);
 }
 
 /* ------------------------------------------------------------------ transport */
@@ -3652,8 +3731,26 @@ static bool partition_in_map(void *ctx, uint64_t pid)
     return meta_partition_find(((rcluster *)ctx)->meta, pid) != NULL;
 }
 
+/* The partition's load over the window since its last sample (pstats.h's figure, from
+ * the capacity it consumed here). Every replica samples, so a new leader's first figure
+ * covers one window, part of which it did not lead (it reads low once). */
+static void sample_load(rcluster *c, lpart *lp, uint64_t now)
+{
+    cap_counters k = {0};
+    if (!capacity_partition_stats(c->cap, lp->id, &k))
+        memset(&k, 0, sizeof k);
+    if (lp->load_at != 0 && now > lp->load_at)
+        lp->load = pstats_load_rate(k.consumed_nano[CAP_READ] - lp->load_nano[CAP_READ],
+                                    k.consumed_nano[CAP_WRITE] - lp->load_nano[CAP_WRITE],
+                                    now - lp->load_at);
+    lp->load_nano[CAP_READ] = k.consumed_nano[CAP_READ];
+    lp->load_nano[CAP_WRITE] = k.consumed_nano[CAP_WRITE];
+    lp->load_at = now;
+}
+
 /* Tells every other node the figures of the partitions this node leads (in messages of
- * at most PSTATS_MAX_ENTRIES), and forgets figures of partitions no longer in the map. */
+ * at most PSTATS_MAX_ENTRIES; with their loads, sampled here on every replica), and
+ * forgets figures of partitions no longer in the map. */
 static void push_stats(rcluster *c)
 {
     uint64_t now = now_ms(c);
@@ -3665,9 +3762,11 @@ static void push_stats(rcluster *c)
     if (e == NULL)
         return;
     size_t n = 0;
-    for (size_t i = 0; i < c->n_parts; i++)
+    for (size_t i = 0; i < c->n_parts; i++) {
+        sample_load(c, &c->parts[i], now);
         if (!c->parts[i].poisoned && raft_host_is_leader(c->host, c->parts[i].id))
-            e[n++] = (pstats_entry){c->parts[i].id, c->parts[i].stats};
+            e[n++] = (pstats_entry){c->parts[i].id, c->parts[i].stats, c->parts[i].load};
+    }
     buf b;
     buf_init(&b, 0);
     for (size_t at = 0; at < n; at += PSTATS_MAX_ENTRIES) {

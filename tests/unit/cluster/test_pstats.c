@@ -1,5 +1,6 @@
-/* Unit tests for cluster/pstats.c: the statistics message codec, newest-wins recording,
- * freshness, pruning, and refusal of malformed messages (nothing recorded). */
+/* Unit tests for cluster/pstats.c: the statistics message codec (version 2 with loads,
+ * version 1 still read), newest-wins recording, freshness, pruning, refusal of malformed
+ * messages (nothing recorded), the load figure. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -84,7 +85,12 @@ static void malformed_records_nothing(void **state)
     memcpy(more, b.data, b.len);
     more[b.len] = 0;
     assert_int_equal(pstats_receive(s, more, b.len + 1, 1, &err), -1);
-    more[0] = 2;
+    more[0] = 3;
+    assert_int_equal(pstats_receive(s, more, b.len, 1, &err), -1);
+    more[0] = 0;
+    assert_int_equal(pstats_receive(s, more, b.len, 1, &err), -1);
+    /* A version 2 body read as version 1 leaves the loads over: trailing bytes. */
+    more[0] = 1;
     assert_int_equal(pstats_receive(s, more, b.len, 1, &err), -1);
     buf_reset(&b);
     buf_put_u8(&b, 1);
@@ -104,12 +110,63 @@ static void malformed_records_nothing(void **state)
     pstats_free(s);
 }
 
+static void load_v2_and_v1(void **state)
+{
+    (void)state;
+    pstats *s = pstats_new();
+    pstats_entry e[2] = {{4, {3, 300}, 123456789}, {5, {1, 10}, 0}};
+    buf b;
+    buf_init(&b, 0);
+    pstats_encode(e, 2, &b);
+    strata_err err;
+    assert_int_equal(pstats_receive(s, b.data, b.len, 10, &err), 0);
+    uint64_t load = 1;
+    assert_true(pstats_get_load(s, 4, 10, &load));
+    assert_int_equal(load, 123456789);
+    assert_true(pstats_get_load(s, 5, 0, &load));
+    assert_int_equal(load, 0);
+    assert_false(pstats_get_load(s, 4, 11, &load)); /* stale */
+    assert_false(pstats_get_load(s, 6, 0, &load));
+    /* A version 1 body (a node not yet upgraded): figures recorded, load 0. */
+    buf_reset(&b);
+    buf_put_u8(&b, 1);
+    buf_put_varint(&b, 1);
+    buf_put_varint(&b, 4);
+    buf_put_varint(&b, 7);
+    buf_put_varint(&b, 700);
+    assert_int_equal(pstats_receive(s, b.data, b.len, 20, &err), 0);
+    partition_stats st;
+    assert_true(pstats_get(s, 4, 20, &st));
+    assert_int_equal(st.item_count, 7);
+    assert_int_equal(st.size_bytes, 700);
+    assert_true(pstats_get_load(s, 4, 20, &load));
+    assert_int_equal(load, 0);
+    assert_int_equal(pstats_count(s), 2);
+    buf_free(&b);
+    pstats_free(s);
+}
+
+static void load_rate(void **state)
+{
+    (void)state;
+    const int64_t unit = 1000000000; /* CAP_NANO */
+    /* 10 read units and 5 write units over 2 s: (10 + 3 x 5) / 2 = 12.5 units/s. */
+    assert_int_equal(pstats_load_rate(10 * unit, 5 * unit, 2000), 12500);
+    assert_int_equal(pstats_load_rate(unit / 2, 0, 1000), 500); /* half a read unit */
+    assert_int_equal(pstats_load_rate(0, unit, 1000), 1000 * PSTATS_WRITE_WEIGHT);
+    assert_int_equal(pstats_load_rate(unit, unit, 0), 0);      /* no window */
+    assert_int_equal(pstats_load_rate(-unit, -unit, 1000), 0); /* counters restarted */
+    assert_int_equal(pstats_load_rate(INT64_MAX, INT64_MAX, 1), 36893488147419103);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(roundtrip_and_newest_wins),
         cmocka_unit_test(prune_and_many),
         cmocka_unit_test(malformed_records_nothing),
+        cmocka_unit_test(load_v2_and_v1),
+        cmocka_unit_test(load_rate),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

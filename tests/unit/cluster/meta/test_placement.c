@@ -2,7 +2,9 @@
  * Placement properties over randomized clusters (3-12 nodes over 3-4 AZs, some nodes
  * sharing a host, many tables): AZ and host distinctness, replica balance, leader spread,
  * drain / replacement / rebalance plans that keep every rule at every step (each step is
- * applied through meta_apply and the whole state re-checked), and determinism.
+ * applied through meta_apply and the whole state re-checked), determinism, and leader
+ * balance by load (hints to ACTIVE voters only, counts kept even, each plan lowering the
+ * sum of squared node loads, repeated plans settling).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -178,6 +180,166 @@ static void create_table(meta_state *s, const char *name, size_t nparts)
     if (run(s, &c, &err))
         fail_msg("create %s: %s", name, err.msg);
     free(p);
+}
+
+/* ---- load-based leader balance (placement_leaders_load) ---- */
+
+static size_t apply_leader_list(meta_state *s, placement_leader *l, size_t n);
+
+#define MAX_PID 4096
+static uint64_t part_load[MAX_PID]; /* by partition id */
+
+static uint64_t load_of(void *ctx, uint64_t pid)
+{
+    (void)ctx;
+    return pid < MAX_PID ? part_load[pid] : 0;
+}
+
+/* A node's load: of the partitions it leads (hint), or with `replicas` of those it holds. */
+static uint64_t node_load_of(const meta_state *s, uint64_t node, bool replicas)
+{
+    uint64_t sum = 0;
+    for (size_t i = 0; i < meta_partition_count(s); i++) {
+        const meta_partition *p = meta_partition_at(s, i);
+        if (replicas ? meta_partition_has(p, node, NULL) : p->leader_hint == node)
+            sum += load_of(NULL, p->id);
+    }
+    return sum;
+}
+
+static uint64_t node_load(const meta_state *s, uint64_t node)
+{
+    return node_load_of(s, node, false);
+}
+
+static uint64_t replica_load(const meta_state *s, uint64_t node)
+{
+    return node_load_of(s, node, true);
+}
+
+/* Sum of squared loads of ACTIVE nodes: every plan must lower it. */
+static unsigned __int128 load_energy(const meta_state *s, bool replicas)
+{
+    unsigned __int128 e = 0;
+    for (size_t i = 0; i < meta_node_count(s); i++)
+        if (meta_node_at(s, i)->state == META_NODE_ACTIVE) {
+            uint64_t l = node_load_of(s, meta_node_at(s, i)->id, replicas);
+            e += (unsigned __int128)l * l;
+        }
+    return e;
+}
+
+/* One load plan, checked (every hint to an ACTIVE voter, at most max_changes, leader
+ * counts no less even, load energy strictly lower when anything changed) and applied;
+ * returns the number of changes. */
+static size_t load_round(meta_state *s, const placement_load_opts *o)
+{
+    placement_leader *l;
+    size_t n;
+    strata_err err;
+    size_t spread_before = spread(s, NULL, true);
+    unsigned __int128 e_before = load_energy(s, false);
+    assert_int_equal(placement_leaders_load(s, load_of, NULL, o, &l, &n, &err), 0);
+    assert_true(n <= o->max_changes);
+    for (size_t i = 0; i < n; i++) {
+        const meta_node *nd = meta_node_find(s, l[i].leader);
+        meta_role role;
+        assert_non_null(nd);
+        if (nd->state != META_NODE_ACTIVE)
+            fail_msg("seed %llu: hint to node %llu, not ACTIVE", (unsigned long long)cur_seed,
+                     (unsigned long long)l[i].leader);
+        assert_true(
+            meta_partition_has(meta_partition_find(s, l[i].partition_id), l[i].leader, &role));
+        assert_int_equal(role, META_VOTER);
+    }
+    apply_leader_list(s, l, n);
+    check_ok(s);
+    size_t spread_after = spread(s, NULL, true);
+    if (spread_after > (spread_before > 1 ? spread_before : 1))
+        fail_msg("seed %llu: leader count spread %zu -> %zu", (unsigned long long)cur_seed,
+                 spread_before, spread_after);
+    if (n > 0 && !(load_energy(s, false) < e_before))
+        fail_msg("seed %llu: a load plan did not lower the load energy",
+                 (unsigned long long)cur_seed);
+    return n;
+}
+
+/* Plans (round: load_round or replica_load_round) until a plan is empty; fails if that
+ * takes more than max_rounds. */
+static size_t settle(meta_state *s, const placement_load_opts *o, size_t max_rounds,
+                     size_t (*round)(meta_state *, const placement_load_opts *))
+{
+    for (size_t r = 0; r < max_rounds; r++)
+        if (round(s, o) == 0)
+            return r;
+    fail_msg("seed %llu: load plans did not settle in %zu rounds", (unsigned long long)cur_seed,
+             max_rounds);
+    return max_rounds;
+}
+
+static size_t load_settle(meta_state *s, const placement_load_opts *o, size_t max_rounds)
+{
+    return settle(s, o, max_rounds, load_round);
+}
+
+/* One replica-load plan, checked (moves within an AZ between ACTIVE nodes, never the
+ * hinted leader's replica, at most max_changes, every step legal: apply_moves, replica
+ * counts per AZ no less even, energy strictly lower when anything moved) and applied;
+ * returns the number of moves. */
+static size_t replica_load_round(meta_state *s, const placement_load_opts *o)
+{
+    placement_move *mv;
+    size_t n;
+    strata_err err;
+    size_t az_spread[64];
+    size_t nn = meta_node_count(s) < 64 ? meta_node_count(s) : 64;
+    for (size_t i = 0; i < nn; i++)
+        az_spread[i] = spread(s, meta_node_at(s, i)->az, false);
+    unsigned __int128 e_before = load_energy(s, true);
+    assert_int_equal(placement_rebalance_load(s, load_of, NULL, o, &mv, &n, &err), 0);
+    assert_true(n <= o->max_changes);
+    for (size_t i = 0; i < n; i++) {
+        const meta_node *from = meta_node_find(s, mv[i].from), *to = meta_node_find(s, mv[i].to);
+        assert_non_null(from);
+        assert_non_null(to);
+        if (to->state != META_NODE_ACTIVE || strcmp(from->az, to->az))
+            fail_msg("seed %llu: replica move %llu -> %llu leaves the AZ or goes to a node "
+                     "that is not ACTIVE",
+                     (unsigned long long)cur_seed, (unsigned long long)mv[i].from,
+                     (unsigned long long)mv[i].to);
+        assert_int_not_equal(meta_partition_find(s, mv[i].partition_id)->leader_hint, mv[i].from);
+    }
+    apply_moves(s, mv, n);
+    free(mv);
+    for (size_t i = 0; i < nn; i++) {
+        size_t after = spread(s, meta_node_at(s, i)->az, false);
+        if (after > (az_spread[i] > 1 ? az_spread[i] : 1))
+            fail_msg("seed %llu: replica spread in AZ %s %zu -> %zu", (unsigned long long)cur_seed,
+                     meta_node_at(s, i)->az, az_spread[i], after);
+    }
+    if (n > 0 && !(load_energy(s, true) < e_before))
+        fail_msg("seed %llu: a replica load plan did not lower the energy",
+                 (unsigned long long)cur_seed);
+    return n;
+}
+
+static size_t replica_load_settle(meta_state *s, const placement_load_opts *o, size_t max_rounds)
+{
+    return settle(s, o, max_rounds, replica_load_round);
+}
+
+/* Random loads (a few hot partitions) over whatever the scenario left. */
+static void random_load_rounds(meta_state *s)
+{
+    memset(part_load, 0, sizeof part_load);
+    for (size_t i = 0; i < meta_partition_count(s); i++) {
+        uint64_t pid = meta_partition_at(s, i)->id;
+        if (pid < MAX_PID)
+            part_load[pid] = rnd() % 4 == 0 ? 1000 + rnd() % 100000 : rnd() % 100;
+    }
+    placement_load_opts o = {.min_gap = 500, .gap_percent = 10, .max_changes = 1 + rnd() % 8};
+    load_settle(s, &o, 1000);
+    replica_load_settle(s, &o, 1000);
 }
 
 /* Brute-force oracle: can every replica of node x move somewhere? A target is an ACTIVE
@@ -368,6 +530,8 @@ static uint64_t scenario(uint64_t seed, bool verbose)
         meta_free(r);
         buf_free(&b);
     }
+    phase = "load";
+    random_load_rounds(s); /* after the digest: the determinism test compares the rest */
     if (verbose)
         printf("seed %llu: %zu AZs, %zu nodes, %zu partitions, digest %016llx\n",
                (unsigned long long)seed, n_az, meta_node_count(s), meta_partition_count(s),
@@ -583,6 +747,226 @@ static void test_leaders_fix_only_unfit(void **state)
     meta_free(s);
 }
 
+/* Nodes 1..n_nodes in AZs a, b, c, a, b... (host h<id>), a table "t" of nparts
+ * partitions, leader counts balanced. */
+static meta_state *nodes_table(uint64_t n_nodes, size_t nparts)
+{
+    meta_state *s = meta_new();
+    for (uint64_t id = 1; id <= n_nodes; id++) {
+        char az[2] = {(char)('a' + (id - 1) % 3), 0}, host[24];
+        snprintf(host, sizeof host, "h%llu", (unsigned long long)id);
+        reg(s, id, az, host);
+    }
+    create_table(s, "t", nparts);
+    apply_leaders(s);
+    return s;
+}
+
+/* Three nodes leading three partitions each, the ones of node 1 hot: the hot ones end on
+ * three different nodes (swaps: counts stay 3/3/3), in few rounds, then nothing moves. */
+static void test_leaders_load_spreads(void **state)
+{
+    (void)state;
+    meta_state *s = nodes_table(3, 9);
+    memset(part_load, 0, sizeof part_load);
+    uint64_t hot[3];
+    size_t n_hot = 0;
+    for (size_t i = 0; i < meta_partition_count(s); i++) {
+        const meta_partition *p = meta_partition_at(s, i);
+        part_load[p->id] = p->leader_hint == 1 ? 100000 : 1000;
+        if (p->leader_hint == 1)
+            hot[n_hot++] = p->id;
+    }
+    assert_int_equal(n_hot, 3);
+    placement_load_opts o = {.min_gap = 5000, .gap_percent = 20, .max_changes = 4};
+    size_t rounds = load_settle(s, &o, 10);
+    assert_true(rounds >= 1 && rounds <= 2);
+    for (uint64_t node = 1; node <= 3; node++) {
+        assert_int_equal(leaders_of(s, node), 3);
+        assert_int_equal(node_load(s, node), 102000);
+    }
+    for (size_t i = 0; i < n_hot; i++)
+        for (size_t j = i + 1; j < n_hot; j++)
+            assert_int_not_equal(meta_partition_find(s, hot[i])->leader_hint,
+                                 meta_partition_find(s, hot[j])->leader_hint);
+    /* The count balancer has nothing to undo. */
+    placement_leader *l;
+    size_t n;
+    strata_err err;
+    assert_int_equal(placement_leaders(s, &l, &n, &err), 0);
+    assert_int_equal(apply_leader_list(s, l, n), 0);
+    meta_free(s);
+}
+
+/* Even load, or a gap within the thresholds (absolute or relative to the mean), plans
+ * nothing; just past both, it acts. */
+static void test_leaders_load_even_is_stable(void **state)
+{
+    (void)state;
+    meta_state *s = nodes_table(3, 6);
+    placement_leader *l;
+    size_t n;
+    strata_err err;
+    placement_load_opts o = {.min_gap = 100, .gap_percent = 25, .max_changes = 4};
+    for (size_t i = 0; i < meta_partition_count(s); i++)
+        part_load[meta_partition_at(s, i)->id] = 1000;
+    assert_int_equal(placement_leaders_load(s, load_of, NULL, &o, &l, &n, &err), 0);
+    assert_int_equal(apply_leader_list(s, l, n), 0);
+    /* Node 1's two partitions: 1000 -> 1250 each: its load 2500 against 2000, the mean
+     * 2166: the gap (500) is within 25% of the mean (541). */
+    for (size_t i = 0; i < meta_partition_count(s); i++)
+        if (meta_partition_at(s, i)->leader_hint == 1)
+            part_load[meta_partition_at(s, i)->id] = 1250;
+    assert_int_equal(placement_leaders_load(s, load_of, NULL, &o, &l, &n, &err), 0);
+    assert_int_equal(apply_leader_list(s, l, n), 0);
+    /* Below the absolute minimum: nothing either. */
+    o.gap_percent = 0;
+    o.min_gap = 500;
+    assert_int_equal(placement_leaders_load(s, load_of, NULL, &o, &l, &n, &err), 0);
+    assert_int_equal(apply_leader_list(s, l, n), 0);
+    /* Past both: a swap of a 1250 with a 1000 (d = 250 < gap 500) evens it out. */
+    o.min_gap = 499;
+    assert_int_equal(placement_leaders_load(s, load_of, NULL, &o, &l, &n, &err), 0);
+    assert_int_equal(apply_leader_list(s, l, n), 2);
+    assert_int_equal(node_load(s, 1), 2250);
+    assert_int_equal(load_settle(s, &o, 5), 0);
+    meta_free(s);
+}
+
+/* Unequal counts (4 partitions over 3 nodes): a single move where the receiver leads
+ * fewer; the best split of two hot partitions over three nodes is kept, not flipped. */
+static void test_leaders_load_counts_within_one(void **state)
+{
+    (void)state;
+    meta_state *s = nodes_table(3, 4);
+    uint64_t top = 0;
+    for (uint64_t node = 1; node <= 3; node++)
+        if (leaders_of(s, node) == 2)
+            top = node;
+    assert_true(top != 0);
+    for (size_t i = 0; i < meta_partition_count(s); i++) {
+        const meta_partition *p = meta_partition_at(s, i);
+        part_load[p->id] = p->leader_hint == top ? 100000 : 0;
+    }
+    placement_load_opts o = {.min_gap = 1000, .gap_percent = 10, .max_changes = 1};
+    assert_int_equal(load_round(s, &o), 1);
+    assert_int_equal(node_load(s, top), 100000);
+    assert_int_equal(leaders_of(s, top), 1);
+    assert_true(spread(s, NULL, true) <= 1);
+    /* 100000 / 100000 / 0: no step narrows a gap without opening an equal one. */
+    o.max_changes = 8;
+    assert_int_equal(load_settle(s, &o, 3), 0);
+    meta_free(s);
+}
+
+/* Two hot partitions over three nodes (100000 / 100000 / a little): moving a hot one to
+ * the third node would gain only the cold loads, so nothing wanders. */
+static void test_leaders_load_no_wandering(void **state)
+{
+    (void)state;
+    meta_state *s = nodes_table(3, 6);
+    memset(part_load, 0, sizeof part_load);
+    uint64_t hot_node[2] = {0, 0};
+    for (size_t i = 0; i < meta_partition_count(s); i++) {
+        const meta_partition *p = meta_partition_at(s, i);
+        bool hot =
+            p->leader_hint != 3 && p->leader_hint != hot_node[0] && p->leader_hint != hot_node[1];
+        if (hot)
+            hot_node[hot_node[0] ? 1 : 0] = p->leader_hint;
+        /* node 3: two of 300 or 400; the hot ones' companions 900: a swap of a hot one with a
+         * cold one of node 3 would lower the sum of squares, by little. */
+        part_load[p->id] = hot ? 100000 : p->leader_hint == 3 ? 300 + 100 * (i % 2) : 900;
+    }
+    assert_true(hot_node[0] && hot_node[1]);
+    placement_load_opts o = {.min_gap = 1000, .gap_percent = 10, .max_changes = 4};
+    assert_int_equal(load_settle(s, &o, 2), 0);
+    meta_free(s);
+}
+
+/* Six nodes, two per AZ: the replicas in AZ a of the hot partitions all on node 1 end
+ * spread over nodes 1 and 4 (swaps: counts unchanged), within the AZ, leaders' replicas
+ * untouched; then nothing moves. Three nodes (one per AZ): never a move. */
+static void test_rebalance_load_within_az(void **state)
+{
+    (void)state;
+    meta_state *s = nodes_table(6, 6);
+    memset(part_load, 0, sizeof part_load);
+    size_t n_hot = 0;
+    for (size_t i = 0; i < meta_partition_count(s); i++) {
+        const meta_partition *p = meta_partition_at(s, i);
+        bool hot = meta_partition_has(p, 1, NULL) && p->leader_hint != 1;
+        part_load[p->id] = hot ? 100000 : 1000;
+        n_hot += hot;
+    }
+    assert_true(n_hot >= 2);
+    assert_true(replica_load(s, 1) >= 200000);
+    size_t held1 = replicas_of(s, 1), held4 = replicas_of(s, 4);
+    uint64_t gap0 = replica_load(s, 1) - replica_load(s, 4);
+    placement_load_opts o = {.min_gap = 5000, .gap_percent = 10, .max_changes = 4};
+    assert_true(replica_load_settle(s, &o, 10) >= 1);
+    uint64_t l1 = replica_load(s, 1), l4 = replica_load(s, 4);
+    assert_true((l1 > l4 ? l1 - l4 : l4 - l1) < gap0 / 2);
+    assert_int_equal(replicas_of(s, 1), held1);
+    assert_int_equal(replicas_of(s, 4), held4);
+    meta_free(s);
+
+    s = nodes_table(3, 6);
+    for (size_t i = 0; i < meta_partition_count(s); i++)
+        part_load[meta_partition_at(s, i)->id] = i < 3 ? 100000 : 0;
+    assert_int_equal(replica_load_round(s, &o), 0);
+    meta_free(s);
+}
+
+/* Even load moves nothing; a node that is not ACTIVE receives no replica. */
+static void test_rebalance_load_active_only(void **state)
+{
+    (void)state;
+    meta_state *s = nodes_table(6, 6);
+    for (size_t i = 0; i < meta_partition_count(s); i++)
+        part_load[meta_partition_at(s, i)->id] = 1000;
+    placement_load_opts o = {.min_gap = 100, .gap_percent = 10, .max_changes = 4};
+    assert_int_equal(replica_load_round(s, &o), 0);
+    for (size_t i = 0; i < meta_partition_count(s); i++) {
+        const meta_partition *p = meta_partition_at(s, i);
+        part_load[p->id] = meta_partition_has(p, 1, NULL) && p->leader_hint != 1 ? 90000 : 10;
+    }
+    /* Node 4 is node 1's only AZ companion: the other AZs may even out, AZ a not. */
+    set_state(s, 4, META_NODE_DRAINING, 10);
+    size_t held4 = replicas_of(s, 4);
+    uint64_t l1 = replica_load(s, 1);
+    replica_load_settle(s, &o, 10);
+    assert_int_equal(replicas_of(s, 4), held4);
+    assert_int_equal(replica_load(s, 1), l1);
+    set_state(s, 4, META_NODE_ACTIVE, 11);
+    assert_true(replica_load_round(s, &o) > 0);
+    assert_true(replica_load(s, 1) < l1);
+    meta_free(s);
+}
+
+/* A node that is not ACTIVE neither gets hints nor counts as the coolest. */
+static void test_leaders_load_active_only(void **state)
+{
+    (void)state;
+    meta_state *s = nodes_table(5, 10);
+    set_state(s, 2, META_NODE_DOWN, 10);
+    set_state(s, 5, META_NODE_DRAINING, 11);
+    apply_leaders(s);
+    assert_int_equal(leaders_of(s, 2), 0);
+    assert_int_equal(leaders_of(s, 5), 0);
+    memset(part_load, 0, sizeof part_load);
+    for (size_t i = 0; i < meta_partition_count(s); i++) {
+        const meta_partition *p = meta_partition_at(s, i);
+        part_load[p->id] = p->leader_hint == 1 ? 50000 : 10;
+    }
+    placement_load_opts o = {.min_gap = 100, .gap_percent = 10, .max_changes = 2};
+    assert_true(load_round(s, &o) > 0); /* load_round checks every hint is ACTIVE */
+    load_settle(s, &o, 20);
+    assert_int_equal(leaders_of(s, 2), 0);
+    assert_int_equal(leaders_of(s, 5), 0);
+    assert_true(node_load(s, 1) < (uint64_t)50000 * leaders_of(s, 1) || leaders_of(s, 1) == 0);
+    meta_free(s);
+}
+
 static void test_replace_after_deadline(void **state)
 {
     (void)state;
@@ -629,6 +1013,13 @@ int main(void)
         cmocka_unit_test(test_leaders_leave_unfit_nodes),
         cmocka_unit_test(test_leaders_fix_only_unfit),
         cmocka_unit_test(test_replace_after_deadline),
+        cmocka_unit_test(test_leaders_load_spreads),
+        cmocka_unit_test(test_leaders_load_even_is_stable),
+        cmocka_unit_test(test_leaders_load_counts_within_one),
+        cmocka_unit_test(test_leaders_load_active_only),
+        cmocka_unit_test(test_leaders_load_no_wandering),
+        cmocka_unit_test(test_rebalance_load_within_az),
+        cmocka_unit_test(test_rebalance_load_active_only),
         cmocka_unit_test(test_randomized_clusters),
         cmocka_unit_test(test_determinism),
     };
