@@ -517,11 +517,14 @@ static void take(const capacity *c, ctable *t, cpart *p, cap_kind k, int64_t nan
     p->win_nano[k] += nano;
     p->ceiling[k].tokens -= nano;
     t->pool[k].tokens -= nano;
-    /* Within its own share, or borrowed from the others once that is spent. */
-    if (nano <= 0 || p->share[k].tokens > 0)
-        p->share[k].tokens -= nano;
-    else
-        p->share[k].tokens -= lend(t, p, k, nano, now_ms);
+    /* Within its own share, or borrowed from the others once that is spent (with a node
+     * share the pool alone counts: no per-partition accounting). */
+    if (!node_shared(t, k)) {
+        if (nano <= 0 || p->share[k].tokens > 0)
+            p->share[k].tokens -= nano;
+        else
+            p->share[k].tokens -= lend(t, p, k, nano, now_ms);
+    }
     p->n.consumed_nano[k] += nano;
     t->used_nano[k] += nano;
     note_peak(t, k, nano, now_ms);

@@ -47,19 +47,42 @@ def code_of(e):
     return getattr(e, "response", {}).get("Error", {}).get("Code")
 
 
-class Writers:
+class Load:
+    """One thread per node running self.run(node) until stopped; errors end a run."""
+
+    def __init__(self, cl):
+        self.cl = cl
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.errors = []
+
+    def run_for(self, seconds, what):
+        """Runs the threads for `seconds`; returns the time they ran."""
+        self.stop.clear()
+        threads = [threading.Thread(target=self.run, args=(n,)) for n in self.cl.nodes]
+        t0 = time.monotonic()
+        for t in threads:
+            t.start()
+        while time.monotonic() - t0 < seconds and not self.errors:
+            time.sleep(0.05)
+        self.stop.set()
+        for t in threads:
+            t.join()
+        check(not self.errors, "%s met errors: %s" % (what, self.errors[:3]))
+        return time.monotonic() - t0
+
+
+class Writers(Load):
     """One thread per node writing 25-item batches of distinct keys; counts accepted
     write units (items of `size` bytes cost ceil(size / 1 KB))."""
 
     def __init__(self, cl, size):
-        self.cl, self.size = cl, size
+        super().__init__(cl)
+        self.size = size
         self.units_each = max(1, -(-(size + 40) // KB))
-        self.lock = threading.Lock()
         self.units = 0
         self.whole_throttles = 0
         self.n = 0
-        self.stop = threading.Event()
-        self.errors = []
 
     def next_keys(self, count):
         with self.lock:
@@ -87,20 +110,9 @@ class Writers:
 
     def window(self, seconds):
         """Runs the writers for `seconds`; returns (units accepted, elapsed)."""
-        self.stop.clear()
-        threads = [threading.Thread(target=self.run, args=(n,)) for n in self.cl.nodes]
         with self.lock:
             u0 = self.units
-        t0 = time.monotonic()
-        for t in threads:
-            t.start()
-        while time.monotonic() - t0 < seconds and not self.errors:
-            time.sleep(0.05)
-        self.stop.set()
-        for t in threads:
-            t.join()
-        elapsed = time.monotonic() - t0
-        check(not self.errors, "writers met errors: %s" % self.errors[:3])
+        elapsed = self.run_for(seconds, "writers")
         with self.lock:
             return self.units - u0, elapsed
 
@@ -204,16 +216,14 @@ def part_c(cl, cli):
         check(len(re.findall(r"^\d+ +\d+ ", out.stdout, re.M)) >= 4, "one row per partition")
 
 
-class HotKey:
+class HotKey(Load):
     """One thread per node hitting one key: PutItem (1 WCU) or eventually consistent
     GetItem (0.5 RCU); counts the accepted operations."""
 
     def __init__(self, cl, op):
-        self.cl, self.op = cl, op
-        self.lock = threading.Lock()
+        super().__init__(cl)
+        self.op = op
         self.ok = self.refused = 0
-        self.stop = threading.Event()
-        self.errors = []
 
     def run(self, node):
         c = client(node.url, False)
@@ -236,21 +246,11 @@ class HotKey:
 
     def window(self, seconds):
         """Runs for `seconds`; returns (operations accepted, refused, elapsed)."""
-        self.stop.clear()
-        threads = [threading.Thread(target=self.run, args=(n,)) for n in self.cl.nodes]
         with self.lock:
             ok0, refused0 = self.ok, self.refused
-        t0 = time.monotonic()
-        for t in threads:
-            t.start()
-        while time.monotonic() - t0 < seconds and not self.errors:
-            time.sleep(0.05)
-        self.stop.set()
-        for t in threads:
-            t.join()
-        check(not self.errors, "%s met errors: %s" % (self.op, self.errors[:3]))
+        elapsed = self.run_for(seconds, self.op)
         with self.lock:
-            return self.ok - ok0, self.refused - refused0, time.monotonic() - t0
+            return self.ok - ok0, self.refused - refused0, elapsed
 
 
 def saturated_rate(cl, op, units_each, provisioned):
