@@ -26,7 +26,10 @@
  * periods before (a message lost or late) or one after (a clock ahead) stands in; older
  * ones, or figures that arrived more than CAPSHARE_FRESH_MS ago, count as no demand (a
  * node that stopped sending is down or idle). Clocks need to agree to well within the
- * settle time, as NTP keeps them.
+ * settle time, as NTP keeps them. A node cut off from the others counts them as idle: in
+ * a network partition each side may spend up to the whole rate (the minority serves no
+ * writes, as Raft wants; eventual reads go on): a rate limit is not worth refusing
+ * requests on a guess about nodes it cannot hear.
  *
  * Pure: no I/O, no clock (times are passed in). Message body, version 1:
  *   u8 version | varint period | varint n |
