@@ -653,16 +653,38 @@ static void send_messages(group *g, struct raft_update *up)
     }
 }
 
-static void process_update(group *g, struct raft_update *up)
+/* A stored vote with this bit (never set by a node id) marks a replica that joined empty
+ * and is not confirmed yet (group.unconfirmed). Storage keeps operations in order, so the
+ * entries it appends after the mark restart unconfirmed too, also when there is no
+ * snapshot point to carry META_UNCONFIRMED (a log replayed from index 1); a vote
+ * written before this bit existed reads as confirmed. */
+#define VOTE_UNCONFIRMED (1ull << 63)
+
+static uint64_t stored_vote(const group *g)
+{
+    return raft_voted_for(&g->raft) | (g->unconfirmed ? VOTE_UNCONFIRMED : 0);
+}
+
+/* Writes the current term and vote (with the mark while unconfirmed); messages wait for
+ * it (tv_pending). */
+static int write_term_vote(group *g, strata_err *err)
 {
     raft_host *h = g->h;
+    g->tv_pending++;
+    if (h->cfg.storage.set_term_vote(h->cfg.storage.ctx, g->id, raft_current_term(&g->raft),
+                                     stored_vote(g), tv_done, g, err) != 0) {
+        g->tv_pending--;
+        return -1;
+    }
+    return 0;
+}
+
+static void process_update(group *g, struct raft_update *up)
+{
     strata_err err;
 
     if (up->flags & (RAFT_UPDATE_CURRENT_TERM | RAFT_UPDATE_VOTED_FOR)) {
-        g->tv_pending++;
-        if (h->cfg.storage.set_term_vote(h->cfg.storage.ctx, g->id, raft_current_term(&g->raft),
-                                         raft_voted_for(&g->raft), tv_done, g, &err) != 0) {
-            g->tv_pending--;
+        if (write_term_vote(g, &err) != 0) {
             group_fail(g, ERR_IO, "storage refused term/vote");
             return;
         }
@@ -1536,9 +1558,12 @@ static int start_group_in(raft_host *h, uint64_t group_id, const uint64_t *membe
         return -1;
     }
 
-    /* Nothing stored (or only a term and vote), or a snapshot point installed while
+    /* Nothing stored (or only a term and vote), or a vote or a snapshot point stored while
      * unconfirmed: see group.unconfirmed. */
-    g->unconfirmed = g->snap_marked || (join && (!loaded || (ld.n == 0 && ld.snapshot_index == 0)));
+    bool vote_marked = loaded && (ld.vote & VOTE_UNCONFIRMED) != 0;
+    ld.vote &= ~VOTE_UNCONFIRMED;
+    g->unconfirmed = g->snap_marked || vote_marked ||
+                     (join && (!loaded || (ld.n == 0 && ld.snapshot_index == 0)));
     size_t ne = loaded ? ld.n : join ? 0 : 1;
     struct raft_entry *ents = raft_calloc(ne ? ne : 1, sizeof *ents);
     int rc = ents == NULL ? -1 : 0;
@@ -1598,6 +1623,9 @@ static int start_group_in(raft_host *h, uint64_t group_id, const uint64_t *membe
     }
     if (rc != 0)
         return strata_err_set(err, ERR_INTERNAL, "group %" PRIu64 " failed to start", group_id);
+    /* Unconfirmed without a marked vote (it joined empty now): mark it before any entry. */
+    if (g->unconfirmed && !vote_marked && !g->failed && write_term_vote(g, &lerr) != 0)
+        group_fail(g, ERR_IO, "storage refused term/vote");
     return 0;
 }
 
@@ -1713,6 +1741,9 @@ static void confirm_check(group *g, uint64_t from, uint64_t term, uint64_t last,
     g->unconfirmed = false;
     g->hold_until = 0;
     snap_unmark(g);
+    strata_err err;
+    if (!g->failed && write_term_vote(g, &err) != 0) /* the vote without the mark */
+        group_fail(g, ERR_IO, "storage refused term/vote");
 }
 
 static int receive_in(raft_host *h, uint64_t from, uint64_t group_id, const void *msg, size_t len,

@@ -70,13 +70,14 @@
  * log ending at the message's last entry (matching it), at or beyond the leader's commit
  * index, under a configuration that names it. The leader holds the change that re-added
  * the node, so its commit index is at least the index of the change that removed it
- * (changes are one at a time), and the replica's configuration is then newer. A snapshot
- * point installed while unconfirmed is stored with a mark, so that a restart from it is
- * unconfirmed again; the point is written again without it once confirmed.
+ * (changes are one at a time), and the replica's configuration is then newer. The state
+ * survives restarts: the replica's stored vote carries a mark from the moment it starts
+ * empty (written before any entry, and storage keeps operations in order), and a snapshot
+ * point installed while unconfirmed carries one too; both are written again without it
+ * once confirmed.
  * Not covered: a leader just restarted knows its commit index only from its snapshot
  * point until it commits an entry of its term, so a lower bound it sends then may be
- * older than the removal; and a joined replica that crashed while replaying old entries
- * from index 1 (no snapshot point to mark) restarts confirmed.
+ * older than the removal.
  */
 #include <stdbool.h>
 #include <stddef.h>
@@ -132,7 +133,11 @@ typedef struct {
 /*
  * Durable per-group state. Every operation's callback must fire exactly once, in request
  * order across all groups of the host, unless the host is destroyed first (then
- * never). Callbacks must not fire from inside the call that requested them.
+ * never). Callbacks must not fire from inside the call that requested them. What a crash
+ * keeps is a prefix of the operations in request order (the node's WAL is one ordered
+ * log): an operation that survived implies every one requested before it did, also
+ * those whose callbacks had not fired. Term, vote and snapshot metadata are opaque
+ * values to storage, kept as given (the host marks some with top bits).
  * There is no separate truncate: C-Raft's core only ever truncates by appending over a
  * conflicting suffix, which append() does, or replaces the log with an installed
  * snapshot point (set_snapshot with replace_log).

@@ -43,6 +43,8 @@ typedef struct {
     raft_host *compact_host; /* apply tries raft_host_compact(compact_host, 5, 1) */
     int compact_rc;
     strata_code compact_code;
+    int tv_writes;      /* set_term_vote calls */
+    uint64_t last_vote; /* the vote of the last one, as stored */
 } env;
 
 static uint64_t ck_now(void *ctx)
@@ -109,10 +111,12 @@ static void queue_io(env *e, raft_storage_cb cb, void *data)
 static int st_tv(void *ctx, uint64_t group, uint64_t term, uint64_t vote, raft_storage_cb cb,
                  void *data, strata_err *err)
 {
+    env *e = ctx;
     (void)group;
     (void)term;
-    (void)vote;
     (void)err;
+    e->tv_writes++;
+    e->last_vote = vote;
     queue_io(ctx, cb, data);
     return 0;
 }
@@ -1364,8 +1368,12 @@ static void test_join_group_waits(void **state)
     assert_int_equal(raft_host_configuration(h, 1, out, 4, &n, &unc, &err), 0);
     assert_int_equal(n, 0);
     assert_false(unc);
-    /* It never campaigns, however long it waits, and wrote no bootstrap entry. */
-    assert_null(e.io_head);
+    /* It never campaigns, however long it waits, and wrote no bootstrap entry: only its
+     * vote, marked unconfirmed. */
+    assert_non_null(e.io_head);
+    assert_null(e.io_head->next);
+    assert_int_equal(e.tv_writes, 1);
+    assert_int_equal(e.last_vote, 1ull << 63);
     for (int i = 0; i < 50; i++) {
         e.now += 50;
         if (e.armed != 0 && e.now >= e.armed)
@@ -1584,6 +1592,81 @@ static void test_rejoin_install_marks_point(void **state)
         drop_io(&e2);
     }
     raft_configuration_close(&conf);
+    raft_free(b.base);
+}
+
+/* A log from index 1 (entries 1..4, the first a configuration naming nodes 1 and 2 voters),
+ * term 3, vote as `loaded_vote` says: what a replica that joined empty stored before it
+ * crashed while catching up. */
+static raft_host_entry replay_entries[4];
+static uint64_t loaded_vote;
+
+static int st_load_replay(void *ctx, uint64_t group, raft_host_loaded *out, strata_err *err)
+{
+    (void)ctx;
+    (void)group;
+    (void)err;
+    raft_host_entry *e = malloc(sizeof replay_entries);
+    memcpy(e, replay_entries, sizeof replay_entries);
+    *out = (raft_host_loaded){
+        .term = 3, .vote = loaded_vote, .start_index = 1, .entries = e, .n = 4};
+    return 0;
+}
+
+/* A replica that joined empty and crashed while replaying entries from index 1 (no
+ * snapshot point to mark): its stored vote carries the mark from the start, so it restarts
+ * unconfirmed; once confirmed the vote is written without it. */
+static void test_rejoin_marks_vote(void **state)
+{
+    (void)state;
+    const uint64_t mark = 1ull << 63;
+    struct raft_configuration conf;
+    struct raft_buffer b;
+    raft_configuration_init(&conf);
+    assert_int_equal(raft_configuration_add(&conf, 1, "1", RAFT_VOTER), 0);
+    assert_int_equal(raft_configuration_add(&conf, 2, "2", RAFT_VOTER), 0);
+    assert_int_equal(raft_configuration_encode(&conf, &b), 0);
+    raft_configuration_close(&conf);
+    replay_entries[0] = (raft_host_entry){1, RAFT_CHANGE, b.base, b.len};
+    for (int i = 1; i < 4; i++)
+        replay_entries[i] = (raft_host_entry){2, RAFT_COMMAND, "cmd", 3};
+
+    env e = {0};
+    strata_err err;
+    raft_host_config c = config(&e, 2);
+    raft_host *h = raft_host_create(&c, &err);
+    assert_int_equal(raft_host_join_group(h, 5, 0, &err), 0);
+    assert_int_equal(e.tv_writes, 1); /* marked at once, before any entry */
+    assert_int_equal(e.last_vote, mark);
+    rejoin_append(h, 0, 0, replay_entries, 4, 10); /* behind the leader's commit (10) */
+    flush_io(&e, 0);
+    assert_int_equal(e.tv_writes, 2); /* the leader's term, still marked */
+    assert_int_equal(e.last_vote, mark);
+    /* Caught up with the leader's commit (a heartbeat at 4 with commit 4): unmarked. */
+    rejoin_append(h, 4, 2, NULL, 0, 4);
+    flush_io(&e, 0);
+    assert_int_equal(e.tv_writes, 3);
+    assert_int_equal(e.last_vote, 0);
+    raft_host_destroy(h);
+    drop_io(&e);
+
+    /* Restarts from the log alone: marked, it never campaigns; unmarked, it does. */
+    for (int marked = 0; marked < 2; marked++) {
+        loaded_vote = marked ? mark : 0;
+        env e2 = {0};
+        c = config(&e2, 2);
+        c.storage.load = st_load_replay;
+        h = raft_host_create(&c, &err);
+        assert_int_equal(raft_host_join_group(h, 5, 0, &err), 0);
+        assert_int_equal(e2.tv_writes, 0); /* nothing to mark again */
+        rejoin_wait(&e2, h, 1000);
+        raft_host_group_stats st;
+        assert_int_equal(raft_host_group_info(h, 5, &st, &err), 0);
+        assert_int_equal(st.last_index, 4);
+        assert_int_equal(st.state, marked ? RAFT_FOLLOWER : RAFT_CANDIDATE);
+        raft_host_destroy(h);
+        drop_io(&e2);
+    }
     raft_free(b.base);
 }
 
@@ -1839,6 +1922,7 @@ int main(void)
         cmocka_unit_test(test_join_group_waits),
         cmocka_unit_test(test_rejoin_waits_for_commit),
         cmocka_unit_test(test_rejoin_install_marks_point),
+        cmocka_unit_test(test_rejoin_marks_vote),
         cmocka_unit_test(test_membership_move),
         cmocka_unit_test(test_change_mid_batch),
         cmocka_unit_test(test_transfer),
