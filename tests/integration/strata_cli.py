@@ -18,7 +18,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,43 +26,13 @@ import time
 import boto3
 import botocore.config
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cluster import Failure, check, free_ports, poll  # noqa: E402  (the shared helpers)
+
 START_DEADLINE_S = 90   # ASan builds start slowly
 LEADERS_DEADLINE_S = 60
 DOWN_DEADLINE_S = 30
 TABLE = "cli_status"
-
-
-class Failure(Exception):
-    pass
-
-
-def check(cond, what):
-    if not cond:
-        raise Failure(what)
-
-
-def free_ports(n):
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-def poll(cond, deadline_s, what, interval=0.2):
-    end = time.time() + deadline_s
-    while True:
-        v = cond()
-        if v:
-            return v
-        if time.time() >= end:
-            raise Failure("timed out after %ss: %s" % (deadline_s, what))
-        time.sleep(interval)
 
 
 class Cluster:
