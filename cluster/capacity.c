@@ -329,7 +329,7 @@ size_t capacity_demand_collect(capacity *c, cap_demand *out, size_t max)
         cap_demand d = {.table_id = t->id};
         for (int k = 0; k < 2; k++) {
             int64_t used = t->used_nano[k] > 0 ? t->used_nano[k] : 0;
-            int64_t more = used + CAP_NANO; /* refusals count up to twice the use, + 1 unit */
+            int64_t more = used + CAP_NANO; /* refused: up to the use + 1 unit (capacity.h) */
             d.nano[k] = used + (t->refused_nano[k] < more ? t->refused_nano[k] : more);
             t->used_nano[k] = t->refused_nano[k] = 0;
         }
