@@ -929,6 +929,65 @@ int placement_rebalance(const meta_state *s, placement_move **out, size_t *n, st
     return 0;
 }
 
+bool placement_move_ready(const meta_state *s, const placement_move *m)
+{
+    const meta_partition *p = meta_partition_find(s, m->partition_id);
+    const meta_node *to = meta_node_find(s, m->to);
+    meta_role role;
+    if (p == NULL || to == NULL || to->state != META_NODE_ACTIVE || !settled(p) ||
+        !meta_partition_has(p, m->from, &role) || role != META_VOTER || p->leader_hint == m->from)
+        return false;
+    meta_partition after = *p;
+    return try_move(s, &after, m->from, m->to); /* also: `to` not a member */
+}
+
+placement_move_state placement_move_progress(const meta_state *s, const placement_move *m)
+{
+    const meta_partition *p = meta_partition_find(s, m->partition_id);
+    if (p == NULL)
+        return PLACEMENT_MOVE_UNDONE;
+    if (!settled(p))
+        return PLACEMENT_MOVE_RUNNING;
+    return meta_partition_has(p, m->to, NULL) && !meta_partition_has(p, m->from, NULL)
+               ? PLACEMENT_MOVE_DONE
+               : PLACEMENT_MOVE_UNDONE;
+}
+
+/* Whether removing voter `node` from p keeps the rules. */
+static bool removal_allowed(const meta_state *s, const meta_partition *p, uint64_t node)
+{
+    meta_role role;
+    if (!meta_partition_has(p, node, &role) || role != META_VOTER)
+        return false;
+    meta_partition next = *p;
+    drop_member(&next, node);
+    return meta_partition_check(s, &next, NULL) == 0;
+}
+
+uint64_t placement_removal(const meta_state *s, const meta_partition *p, uint64_t prefer)
+{
+    if (prefer != 0 && removal_allowed(s, p, prefer))
+        return prefer;
+    uint64_t best = 0;
+    size_t best_count = 0;
+    for (uint32_t k = 0; k < p->n_members; k++) {
+        uint64_t id = p->members[k].node;
+        if (!removal_allowed(s, p, id))
+            continue;
+        const meta_node *n = meta_node_find(s, id);
+        if (n != NULL && n->state != META_NODE_ACTIVE)
+            return id; /* a draining, down or removed node's replica goes first */
+        size_t count = 0;
+        for (size_t i = 0; i < meta_partition_count(s); i++)
+            count += meta_partition_has(meta_partition_at(s, i), id, NULL);
+        if (count > best_count || (count == best_count && id > best)) {
+            best = id;
+            best_count = count;
+        }
+    }
+    return best;
+}
+
 int placement_move_steps(const placement_move *m)
 {
     return m->promote ? 3 : 2;

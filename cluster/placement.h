@@ -122,6 +122,34 @@ int placement_replace_down(const meta_state *s, uint64_t now_ms, uint64_t deadli
  * nodes share a single host. */
 int placement_rebalance(const meta_state *s, placement_move **out, size_t *n, strata_err *err);
 
+/*
+ * Carrying out a plan made earlier, one move at a time (the scheduler's replica moves by
+ * load): the map may have changed since, so each move is checked again before it starts,
+ * its progress is read from the map, and the removal of its extra voter takes its source.
+ */
+
+/* Whether move m can start now: its partition has exactly META_REPLICAS voters and no
+ * learner, `from` is one of them and not its leader hint, `to` is ACTIVE and not a member,
+ * and every step of the move keeps the rules on the current map. */
+bool placement_move_ready(const meta_state *s, const placement_move *m);
+
+typedef enum {
+    PLACEMENT_MOVE_RUNNING = 1, /* a learner or an extra voter: steps remain */
+    PLACEMENT_MOVE_DONE,        /* three voters, `to` among them and `from` not */
+    PLACEMENT_MOVE_UNDONE,      /* three voters otherwise (a step was refused or another
+                                   voter left), or the partition is gone */
+} placement_move_state;
+
+/* Where a started move stands in the map. */
+placement_move_state placement_move_progress(const meta_state *s, const placement_move *m);
+
+/* The voter to remove from partition p (more than META_REPLICAS voters, the move's
+ * learner promoted), 0 when none may go. Only voters whose removal keeps the rules are
+ * candidates; among them `prefer` (a planned move's source; 0: none), else a node that
+ * is not ACTIVE (draining, down, removed), else the one on the node holding the most
+ * replicas (ties: the highest id) -- the source of a count-balancing move. */
+uint64_t placement_removal(const meta_state *s, const meta_partition *p, uint64_t prefer);
+
 /* Number of commands of a move (2 or 3) and its step-th command (0-based), built
  * against the partition's current epoch in `s`: apply step i before building step i+1. */
 int placement_move_steps(const placement_move *m);

@@ -125,6 +125,12 @@ enum {
 #define LOAD_MIN_GAP     50000
 #define LOAD_GAP_PERCENT 25
 #define LOAD_MAX_CHANGES 4
+/* Replica balance by load (schedule_replicas_load): the same thresholds and period, at
+ * most LOAD_MAX_MOVES moves a plan (one swap), and after a plan ends LOAD_MOVE_SETTLE_MS
+ * before the next: a move copies a whole replica, so the cluster runs a while on the new
+ * placement (and its figures) before anything else moves for load. */
+#define LOAD_MAX_MOVES      2
+#define LOAD_MOVE_SETTLE_MS 30000
 
 #define SPLIT_PROPOSE_MS     2000 /* a parent's leader proposes a SPLIT again after this long */
 #define SPLIT_ATTEMPTS       8    /* re-proposals of a map split that lost its child id */
@@ -330,6 +336,12 @@ struct rcluster {
     size_t lead_plan_n, lead_plan_next;
     uint64_t lead_planned; /* when the last balancing plan was made */
     uint64_t load_planned; /* when the last plan by load was made (schedule_leaders_load) */
+    placement_move *rload_plan; /* meta leader: replica moves by load, started in order */
+    size_t rload_n, rload_next;
+    placement_move rload_cur; /* the one started last, while rload_moving */
+    bool rload_moving;
+    uint64_t rload_planned; /* when the last replica plan by load was tried */
+    uint64_t rload_ended;   /* when the last one ended (0: none yet) */
     op *retry_head;
     size_t n_ops;
     uv_timer_t tick, kick, retry;
@@ -2344,40 +2356,6 @@ static void on_group_status(void *ctx, int status, const strata_err *err, const 
     free(p);
 }
 
-/* The voter whose removal keeps the placement rules and takes a replica from the busiest
- * node (ties: the highest id); 0 when none may go. `learner_from` is ignored (0). */
-static uint64_t pick_removal(rcluster *c, const meta_partition *mp)
-{
-    uint64_t best = 0;
-    size_t best_count = 0;
-    for (uint32_t k = 0; k < mp->n_members; k++) {
-        if (mp->members[k].role != META_VOTER)
-            continue;
-        uint64_t id = mp->members[k].node;
-        const meta_node *n = meta_node_find(c->meta, id);
-        meta_partition next = *mp;
-        uint32_t w = 0;
-        for (uint32_t i = 0; i < next.n_members; i++)
-            if (next.members[i].node != id)
-                next.members[w++] = next.members[i];
-        next.n_members = w;
-        if (next.leader_hint == id)
-            next.leader_hint = 0;
-        if (meta_partition_check(c->meta, &next, NULL) != 0)
-            continue;
-        if (n != NULL && n->state != META_NODE_ACTIVE)
-            return id; /* a draining, down or removed node's replica goes first */
-        size_t count = 0;
-        for (size_t i = 0; i < meta_partition_count(c->meta); i++)
-            count += meta_partition_has(meta_partition_at(c->meta, i), id, NULL);
-        if (count > best_count || (count == best_count && id > best)) {
-            best = id;
-            best_count = count;
-        }
-    }
-    return best;
-}
-
 /* Node liveness as the meta leader sees it: unreachable for DOWN_AFTER_MS -> DOWN;
  * reachable again -> ACTIVE. Returns true when it proposed something. */
 static bool schedule_liveness(rcluster *c)
@@ -2557,17 +2535,26 @@ static uint64_t partition_load(void *ctx, uint64_t pid)
     return load;
 }
 
+/* Whether a plan by load is due: LOAD_PLAN_MS after the last one (*planned, stamped now)
+ * and every ACTIVE node answering; *v is then the view of fresh loads to plan with. */
+static bool load_plan_due(rcluster *c, uint64_t *planned, load_view *v)
+{
+    uint64_t now = now_ms(c);
+    if (now - *planned < LOAD_PLAN_MS || !active_nodes_connected(c))
+        return false;
+    *planned = now;
+    *v = (load_view){.c = c, .since = now > 3 * STATS_PUSH_MS ? now - 3 * STATS_PUSH_MS : 0};
+    return true;
+}
+
 /* When the count-balanced plan has nothing to do: hint changes that spread the load of
  * leaders (placement_leaders_load, LOAD_* above), proposed through the same plan as
  * schedule_leaders. Returns true when it proposed something. */
 static bool schedule_leaders_load(rcluster *c)
 {
-    uint64_t now = now_ms(c);
-    if (c->lead_plan_next < c->lead_plan_n || now - c->load_planned < LOAD_PLAN_MS ||
-        !active_nodes_connected(c))
+    load_view v;
+    if (c->lead_plan_next < c->lead_plan_n || !load_plan_due(c, &c->load_planned, &v))
         return false;
-    c->load_planned = now;
-    load_view v = {.c = c, .since = now > 3 * STATS_PUSH_MS ? now - 3 * STATS_PUSH_MS : 0};
     placement_load_opts o = {
         .min_gap = LOAD_MIN_GAP, .gap_percent = LOAD_GAP_PERCENT, .max_changes = LOAD_MAX_CHANGES};
     placement_leader *plan;
@@ -2715,16 +2702,135 @@ static void follow_map_leaders(rcluster *c)
     }
 }
 
+/*
+ * Replica balance by load (issue #7): when nothing else is to do, placement_rebalance_load
+ * plans moves within an AZ off its most loaded node (a single move, or a swap of a hot
+ * replica for a cooler one when counts are even) and the scheduler carries them out one
+ * at a time, as the other moves: ADD_LEARNER, PROMOTE, REMOVE_REPLICA. Two things differ:
+ *   - the removal takes the planned source (rload_cur.from), not the busiest voter: in
+ *     the first move of a swap the receiver holds one replica more than the source, so
+ *     the busiest voter would be the new replica;
+ *   - the second move of a swap starts before count balancing runs: after the first one
+ *     the two counts are two apart and placement_rebalance would move a replica back.
+ * Every move is checked again against the map before it starts (placement_move_ready)
+ * and a plan is dropped at its first move that cannot start or did not complete. The plan
+ * lives only on the meta leader: a new meta leader starts without it, so a move in flight
+ * then loses its preferred source (the removal falls back to the busiest voter: maybe the
+ * new replica, a wasted copy) and half a swap may be evened out by count balancing. Both
+ * are safe (every removal keeps the rules: three voters in three AZs, distinct hosts),
+ * only not load-wise; the next plan by load sees the result.
+ */
+
+/* Forgets the plan (this node no longer leads the meta group). */
+static void rload_forget(rcluster *c)
+{
+    free(c->rload_plan);
+    c->rload_plan = NULL;
+    c->rload_n = c->rload_next = 0;
+    c->rload_moving = false;
+}
+
+/* The plan is over (done, or dropped at move rload_next - 1): the settle time starts. */
+static void rload_end(rcluster *c)
+{
+    c->rload_next = c->rload_n;
+    c->rload_ended = now_ms(c) ? now_ms(c) : 1; /* 0 means "never" */
+}
+
+/* Follows the move in flight: once its partition settles, the move is over; a move that
+ * did not complete drops the rest of the plan (half a swap must not be completed the
+ * other way round). The plan's end starts the settle time. */
+static void rload_track(rcluster *c)
+{
+    if (!c->rload_moving)
+        return;
+    placement_move_state st = placement_move_progress(c->meta, &c->rload_cur);
+    if (st == PLACEMENT_MOVE_RUNNING)
+        return;
+    c->rload_moving = false;
+    if (st == PLACEMENT_MOVE_UNDONE)
+        fprintf(stderr,
+                "stratad: partition %" PRIu64 ": the move by load did not complete; plan dropped\n",
+                c->rload_cur.partition_id);
+    if (st == PLACEMENT_MOVE_UNDONE || c->rload_next >= c->rload_n)
+        rload_end(c);
+}
+
+/* Starts the plan's next move (ADD_LEARNER) when none is in flight; a move the map no
+ * longer allows drops the plan. Returns true when it proposed something. */
+static bool rload_continue(rcluster *c)
+{
+    if (c->rload_moving || c->rload_next >= c->rload_n)
+        return false;
+    placement_move *m = &c->rload_plan[c->rload_next++];
+    meta_cmd cmd;
+    strata_err err;
+    if (!placement_move_ready(c->meta, m) || placement_move_cmd(c->meta, m, 0, &cmd, &err) != 0) {
+        fprintf(stderr,
+                "stratad: partition %" PRIu64 ": the move by load no longer fits the map; "
+                "plan dropped\n",
+                m->partition_id);
+        rload_end(c);
+        return false;
+    }
+    fprintf(stderr,
+            "stratad: moving partition %" PRIu64 " from node %" PRIu64 " to node %" PRIu64
+            " (load)\n",
+            m->partition_id, m->from, m->to);
+    c->rload_cur = *m;
+    c->rload_moving = true;
+    sched_propose(c, &cmd);
+    return true;
+}
+
+/* Plans replica moves by load (LOAD_PLAN_MS apart, LOAD_MOVE_SETTLE_MS after the last
+ * plan ended, every ACTIVE node answering, fresh loads for every partition) and starts the
+ * first. Returns true when it proposed something. */
+static bool schedule_replicas_load(rcluster *c)
+{
+    load_view v;
+    if (c->rload_moving || c->rload_next < c->rload_n || c->lead_plan_next < c->lead_plan_n ||
+        (c->rload_ended != 0 && now_ms(c) - c->rload_ended < LOAD_MOVE_SETTLE_MS) ||
+        !load_plan_due(c, &c->rload_planned, &v))
+        return false;
+    placement_load_opts o = {
+        .min_gap = LOAD_MIN_GAP, .gap_percent = LOAD_GAP_PERCENT, .max_changes = LOAD_MAX_MOVES};
+    placement_move *plan;
+    size_t n;
+    strata_err err;
+    if (placement_rebalance_load(c->meta, partition_load, &v, &o, &plan, &n, &err) != 0)
+        return false;
+    if (v.missing > 0 || n == 0) {
+        free(plan);
+        return false;
+    }
+    fprintf(stderr, "stratad: replica load plan: %zu move(s)\n", n);
+    free(c->rload_plan);
+    c->rload_plan = plan;
+    c->rload_n = n;
+    c->rload_next = 0;
+    return rload_continue(c);
+}
+
 /* One step of the meta leader's scheduler, one meta command (or probe) at a time: node
  * liveness, then leader hints off nodes that cannot lead (before their replicas move, so
  * a draining node hands its leaderships over), then moves in progress (promote a
  * caught-up learner, remove the extra voter), then new moves: off draining nodes, off
- * nodes down past replace_after, and toward even replica counts (a node that joined);
- * last, when nothing else is to do, balanced leader hints: counts first, then load. */
+ * nodes down past replace_after, the rest of a plan by load, and toward even replica
+ * counts (a node that joined); last, when nothing else is to do, balanced leader hints
+ * (counts first, then load), then replicas by load. */
 static void schedule(rcluster *c)
 {
-    if (!c->voter || c->sched_busy || c->closing || !raft_host_is_leader(c->host, META_GROUP))
+    if (!c->voter || c->closing)
         return;
+    if (!raft_host_is_leader(c->host, META_GROUP)) {
+        if (c->rload_n > 0 || c->rload_moving)
+            rload_forget(c);
+        return;
+    }
+    if (c->sched_busy)
+        return;
+    rload_track(c);
     if (schedule_liveness(c))
         return;
     if (schedule_leaders(c, false))
@@ -2737,7 +2843,9 @@ static void schedule(rcluster *c)
                 return;
         if (meta_partition_voters(mp) > META_REPLICAS &&
             mp->n_members == meta_partition_voters(mp)) {
-            uint64_t victim = pick_removal(c, mp);
+            uint64_t victim = placement_removal(
+                c->meta, mp,
+                c->rload_moving && c->rload_cur.partition_id == mp->id ? c->rload_cur.from : 0);
             if (victim != 0) {
                 meta_cmd cmd = {.kind = META_CMD_REMOVE_REPLICA,
                                 .partition_id = mp->id,
@@ -2767,15 +2875,17 @@ static void schedule(rcluster *c)
         if (started)
             return;
     }
+    if (rload_continue(c)) /* before count balancing: see "Replica balance by load" */
+        return;
     if (placement_rebalance(c->meta, &moves, &n, &err) == 0) {
         bool started = start_move(c, moves, n);
         free(moves);
         if (started)
             return;
     }
-    if (schedule_leaders(c, true))
+    if (schedule_leaders(c, true) || schedule_leaders_load(c))
         return;
-    schedule_leaders_load(c);
+    schedule_replicas_load(c);
 }
 
 /* ------------------------------------------------------------------ transport */
@@ -4740,6 +4850,7 @@ void rcluster_close(rcluster *c)
     buf_free(&c->scratch);
     free(c->parts);
     free(c->lead_plan);
+    free(c->rload_plan);
     free(c->peers);
     free(c->drops);
     free(c->join);

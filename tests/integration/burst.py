@@ -260,14 +260,15 @@ def hot_key(args, nodes, c, strata):
     assert said, "no node logged the hot key that blocks a split"
 
 
-def run_cluster(args, prefix, initial, extra, body):
-    """Starts three nodes (stratad flags `extra`, tables of `initial` partitions), runs
-    body(nodes, client, work) and stops them; the work directory is removed on success
-    unless --keep. True when body returned and every node stopped cleanly."""
+def run_cluster(args, prefix, initial, extra, body, azs=("az1", "az2", "az3")):
+    """Starts a node per entry of `azs`, in that AZ (stratad flags `extra`, tables of
+    `initial` partitions), runs body(nodes, client, work) and stops them; the work
+    directory is removed on success unless --keep. True when body returned and every
+    node stopped cleanly."""
     work = tempfile.mkdtemp(prefix=prefix)
-    ports = S.free_ports(6)
-    nodes = [S.Node(work, i + 1, "az%d" % (i + 1), ports[2 * i], ports[2 * i + 1], ports[1])
-             for i in range(3)]
+    ports = S.free_ports(2 * len(azs))
+    nodes = [S.Node(work, i + 1, az, ports[2 * i], ports[2 * i + 1], ports[1])
+             for i, az in enumerate(azs)]
     NODES[:] = nodes
     ok = False
     try:
@@ -275,7 +276,8 @@ def run_cluster(args, prefix, initial, extra, body):
             n.initial_partitions = initial
             n.extra = extra
             n.start(args.stratad)
-        S.poll(lambda: all((n.admin() or {}).get("ready") for n in nodes), "3 nodes ready")
+        S.poll(lambda: all((n.admin() or {}).get("ready") for n in nodes),
+               "%d nodes ready" % len(nodes))
         body(nodes, S.client(nodes[0].url), work)
         ok = True
     finally:

@@ -1003,6 +1003,132 @@ static void test_replace_after_deadline(void **state)
     meta_free(s);
 }
 
+/* One step of a move (placement_move_cmd), applied and checked. */
+static void step(meta_state *s, const placement_move *m, int i)
+{
+    meta_cmd c;
+    strata_err err;
+    assert_int_equal(placement_move_cmd(s, m, i, &c, &err), 0);
+    if (run(s, &c, &err))
+        fail_msg("step %d of %llu -> %llu: %s", i, (unsigned long long)m->from,
+                 (unsigned long long)m->to, err.msg);
+    check_ok(s);
+}
+
+static size_t count_rebalance_moves(const meta_state *s)
+{
+    placement_move *mv;
+    size_t n;
+    strata_err err;
+    assert_int_equal(placement_rebalance(s, &mv, &n, &err), 0);
+    free(mv);
+    return n;
+}
+
+/* A swap by load carried out as the scheduler does, one move and one step at a time:
+ * each move is ready before it starts and RUNNING until its removal; the removal of the
+ * extra voter must be told the planned source (by counts alone it would be the receiver,
+ * which holds one more replica during the first half); between the two halves count
+ * balancing would move a replica (why the second half goes first); after both, counts
+ * are even and count balancing has nothing to do. */
+static void test_load_swap_stepwise(void **state)
+{
+    (void)state;
+    meta_state *s = nodes_table(6, 6);
+    memset(part_load, 0, sizeof part_load);
+    for (size_t i = 0; i < meta_partition_count(s); i++) {
+        const meta_partition *p = meta_partition_at(s, i);
+        part_load[p->id] = meta_partition_has(p, 1, NULL) && p->leader_hint != 1 ? 100000 : 1000;
+    }
+    assert_int_equal(count_rebalance_moves(s), 0);
+    placement_load_opts o = {.min_gap = 5000, .gap_percent = 10, .max_changes = 2};
+    placement_move *mv;
+    size_t n;
+    strata_err err;
+    assert_int_equal(placement_rebalance_load(s, load_of, NULL, &o, &mv, &n, &err), 0);
+    assert_int_equal(n, 2); /* counts are even (3 and 3 in every AZ): a swap */
+    assert_int_equal(mv[0].from, mv[1].to);
+    assert_int_equal(mv[0].to, mv[1].from);
+    for (size_t i = 0; i < n; i++) {
+        assert_true(placement_move_ready(s, &mv[i]));
+        assert_int_equal(placement_move_progress(s, &mv[i]), PLACEMENT_MOVE_UNDONE);
+        step(s, &mv[i], 0); /* ADD_LEARNER */
+        assert_false(placement_move_ready(s, &mv[i]));
+        assert_int_equal(placement_move_progress(s, &mv[i]), PLACEMENT_MOVE_RUNNING);
+        step(s, &mv[i], 1); /* PROMOTE */
+        assert_int_equal(placement_move_progress(s, &mv[i]), PLACEMENT_MOVE_RUNNING);
+        const meta_partition *p = meta_partition_find(s, mv[i].partition_id);
+        if (i == 0)
+            assert_int_equal(placement_removal(s, p, 0), mv[i].to);
+        assert_int_equal(placement_removal(s, p, mv[i].from), mv[i].from);
+        step(s, &mv[i], 2); /* REMOVE_REPLICA */
+        assert_int_equal(placement_move_progress(s, &mv[i]), PLACEMENT_MOVE_DONE);
+        if (i == 0)
+            assert_true(count_rebalance_moves(s) > 0);
+    }
+    assert_int_equal(count_rebalance_moves(s), 0);
+    free(mv);
+    meta_free(s);
+}
+
+/* A planned move that no longer fits the map is not ready; one whose learner left is
+ * UNDONE; a removal never breaks the rules, whatever it is told to prefer, and takes a
+ * node that is not ACTIVE first. */
+static void test_planned_move_checks(void **state)
+{
+    (void)state;
+    meta_state *s = nodes_table(6, 6);
+    const meta_partition *p = NULL;
+    for (size_t i = 0; i < meta_partition_count(s) && p == NULL; i++)
+        if (meta_partition_has(meta_partition_at(s, i), 1, NULL) &&
+            meta_partition_at(s, i)->leader_hint != 1)
+            p = meta_partition_at(s, i);
+    assert_non_null(p);
+    uint64_t pid = p->id, hint = p->leader_hint;
+    placement_move m = {.partition_id = pid, .from = 1, .to = 4, .promote = true};
+    assert_true(placement_move_ready(s, &m));
+    placement_move bad = m;
+    bad.from = hint; /* the leader's replica */
+    assert_false(placement_move_ready(s, &bad));
+    bad = m;
+    bad.to = 2; /* another AZ: two voters in AZ b after the removal */
+    assert_false(placement_move_ready(s, &bad));
+    bad.partition_id = 999999;
+    assert_false(placement_move_ready(s, &bad));
+    assert_int_equal(placement_move_progress(s, &bad), PLACEMENT_MOVE_UNDONE);
+    set_state(s, 4, META_NODE_DRAINING, 10);
+    assert_false(placement_move_ready(s, &m));
+    set_state(s, 4, META_NODE_ACTIVE, 11);
+
+    /* Started, then the learner taken away: UNDONE. */
+    step(s, &m, 0);
+    assert_int_equal(placement_move_progress(s, &m), PLACEMENT_MOVE_RUNNING);
+    p = meta_partition_find(s, pid);
+    meta_cmd c = {
+        .kind = META_CMD_REMOVE_REPLICA, .partition_id = pid, .epoch = p->epoch, .node_id = 4};
+    strata_err err;
+    assert_int_equal(run(s, &c, &err), 0);
+    assert_int_equal(placement_move_progress(s, &m), PLACEMENT_MOVE_UNDONE);
+
+    /* Four voters: only the two of AZ a may go; a preferred voter of another AZ is not
+     * taken; a DRAINING one is taken before the busiest. */
+    step(s, &m, 0);
+    step(s, &m, 1);
+    p = meta_partition_find(s, pid);
+    for (uint32_t k = 0; k < p->n_members; k++) {
+        uint64_t id = p->members[k].node;
+        uint64_t got = placement_removal(s, p, id);
+        assert_int_equal(got, id == 1 || id == 4 ? id : placement_removal(s, p, 0));
+        assert_true(placement_removal(s, p, 0) == 1 || placement_removal(s, p, 0) == 4);
+    }
+    uint64_t busiest = placement_removal(s, p, 0);
+    uint64_t other = busiest == 1 ? 4 : 1;
+    set_state(s, other, META_NODE_DRAINING, 12);
+    p = meta_partition_find(s, pid);
+    assert_int_equal(placement_removal(s, p, 0), other);
+    meta_free(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1020,6 +1146,8 @@ int main(void)
         cmocka_unit_test(test_leaders_load_no_wandering),
         cmocka_unit_test(test_rebalance_load_within_az),
         cmocka_unit_test(test_rebalance_load_active_only),
+        cmocka_unit_test(test_load_swap_stepwise),
+        cmocka_unit_test(test_planned_move_checks),
         cmocka_unit_test(test_randomized_clusters),
         cmocka_unit_test(test_determinism),
     };
