@@ -246,8 +246,10 @@ struct wal {
     uint64_t durable_seq, durable_off;
     uint64_t synced_batch;
 
-    batch batches[2];
-    batch *pending, *flight;
+    /* pending takes new operations, flight is being written; done holds a synced
+     * batch while its callbacks run, after the next batch has already been launched. */
+    batch batches[3];
+    batch *pending, *flight, *done;
     bool in_flight;
     int tail_fd; /* owned by the worker while a batch is in flight */
 
@@ -604,6 +606,7 @@ static void maybe_finish_close(wal *w);
 static void maybe_remove_segments(wal *w);
 static void start_flush(wal *w);
 static void maybe_prepare_spare(wal *w);
+static void launch(wal *w);
 
 static int io_fail(batch *b, const char *what, const char *path, int e)
 {
@@ -686,18 +689,25 @@ static void work_write(uv_work_t *req)
         io_fail(b, "fsync", w->dir, errno);
 }
 
+/*
+ * A batch is durable. The next batch (what accumulated meanwhile) is launched before
+ * this one's callbacks run, so the disk syncs it while the loop applies and answers
+ * this one; otherwise the disk would idle for all that work on every batch.
+ */
 static void after_write(uv_work_t *req, int status)
 {
     wal *w = req->data;
     batch *b = w->flight;
     (void)status; /* uv_queue_work requests are never cancelled here */
     w->in_flight = false;
+    bool check = b->check_removal;
     if (b->status != 0) {
         strata_err e = b->err;
         w->failed = true;
         w->fail_err = e;
         fire(b, -1, &e);
         fail_log(w, &e);
+        batch_clear(b);
     } else {
         const chunk *last = &b->chunks[b->nchunks - 1];
         w->durable_seq = last->seq;
@@ -707,10 +717,15 @@ static void after_write(uv_work_t *req, int status)
         w->stats.syncs += b->syncs;
         w->stats.bytes_written += b->data.len;
         w->stats.ops += b->ops;
+        assert(w->done->nchunks == 0 && w->done->ncbs == 0);
+        w->flight = w->done; /* the idle batch: launch() swaps it in as pending */
+        w->done = b;
+        maybe_prepare_spare(w);
+        if (w->pending->nchunks > 0)
+            launch(w);
         fire(b, 0, NULL);
+        batch_clear(b);
     }
-    bool check = b->check_removal;
-    batch_clear(b);
     if (check)
         maybe_remove_segments(w);
     maybe_prepare_spare(w);
@@ -719,16 +734,48 @@ static void after_write(uv_work_t *req, int status)
     maybe_finish_close(w);
 }
 
-/* Worker thread: creates the next segment file, preallocates it and makes its directory
- * entry durable, so that rolling to it costs the write path nothing. A crash leaves a
- * file without a segment header, which recovery removes. */
+/*
+ * Writes zeros over the whole file and syncs them. fallocate alone leaves "unwritten"
+ * extents, and the first write into each one changes the file's metadata, so every
+ * fdatasync on the write path would also commit the filesystem's journal: measured on
+ * ext4 here, 0.22 ms per fdatasync against 0.15 ms once the blocks are written. The
+ * zeros go out a megabyte at a time, each written back before the next, so that this
+ * never queues tens of megabytes in front of the write path's own syncs.
+ */
+static int zero_fill(int fd, uint64_t size)
+{
+    static const uint8_t zeros[1 << 16];
+    const uint64_t step = 1 << 20;
+    for (uint64_t at = 0; at < size; at += step) {
+        uint64_t end = at + step < size ? at + step : size;
+        for (uint64_t o = at; o < end;) {
+            size_t n = end - o < sizeof zeros ? (size_t)(end - o) : sizeof zeros;
+            ssize_t k = pwrite(fd, zeros, n, (off_t)o);
+            if (k < 0 && errno == EINTR)
+                continue;
+            if (k <= 0)
+                return -1;
+            o += (uint64_t)k;
+        }
+        if (sync_file_range(fd, (off_t)at, (off_t)(end - at),
+                            SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE |
+                                SYNC_FILE_RANGE_WAIT_AFTER) != 0)
+            return -1;
+    }
+    return fdatasync(fd);
+}
+
+/* Worker thread: creates the next segment file, fills it with zeros and makes its
+ * directory entry durable, so that rolling to it costs the write path nothing and its
+ * syncs are data-only. A crash leaves a file without a segment header, which recovery
+ * removes. */
 static void work_spare(uv_work_t *req)
 {
     wal *w = req->data;
     char path[4096];
     segment_path(w->dir, w->spare_seq, path, sizeof path);
     int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd >= 0 && (posix_fallocate(fd, 0, (off_t)w->seg_size) != 0 || fsync(w->dir_fd) != 0)) {
+    if (fd >= 0 && (zero_fill(fd, w->seg_size) != 0 || fsync(w->dir_fd) != 0)) {
         close(fd);
         fd = -1; /* the write path will create it itself */
     }
@@ -745,10 +792,11 @@ static void after_spare(uv_work_t *req, int status)
     maybe_finish_close(w);
 }
 
-/* Starts preparing the next segment once the current one is half full. */
+/* Starts preparing the next segment once the current one is half full, or the first
+ * one as soon as the log opens without any. */
 static void maybe_prepare_spare(wal *w)
 {
-    if (w->spare_state != SPARE_NONE || w->cur_seq == 0 || w->cur_off < w->cur_cap / 2 ||
+    if (w->spare_state != SPARE_NONE || (w->cur_seq != 0 && w->cur_off < w->cur_cap / 2) ||
         w->failed || w->closing)
         return;
     assert(w->next_seq == w->cur_seq + 1);
@@ -777,14 +825,13 @@ static bool take_spare(wal *w, batch *b)
     return true;
 }
 
-static void on_prepare(uv_prepare_t *h)
+/* Hands the pending batch to a worker, unless its new segment is still being prepared
+ * (after_spare flushes then). */
+static void launch(wal *w)
 {
-    wal *w = h->data;
-    uv_prepare_stop(h);
-    if (w->in_flight || w->pending->nchunks == 0 || w->failed)
-        return;
+    assert(!w->in_flight && w->pending->nchunks > 0 && !w->failed);
     if (!take_spare(w, w->pending))
-        return; /* after_spare flushes */
+        return;
     batch *b = w->pending;
     w->pending = w->flight;
     w->flight = b;
@@ -801,6 +848,15 @@ static void on_prepare(uv_prepare_t *h)
         batch_clear(b);
         fail_log(w, &e);
     }
+}
+
+static void on_prepare(uv_prepare_t *h)
+{
+    wal *w = h->data;
+    uv_prepare_stop(h);
+    if (w->in_flight || w->pending->nchunks == 0 || w->failed)
+        return;
+    launch(w);
 }
 
 static void start_flush(wal *w)
@@ -1851,7 +1907,7 @@ static void wal_free(wal *w)
     for (size_t i = 0; i < w->nsegs; i++)
         map_free(&w->segs[i].groups);
     free(w->segs);
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 3; i++) {
         buf_free(&w->batches[i].data);
         free(w->batches[i].chunks);
         free(w->batches[i].cbs);
@@ -1889,8 +1945,9 @@ int wal_open(const wal_options *opts, uv_loop_t *loop, wal **out, strata_err *er
     w->dir = strdup(opts->dir);
     w->pending = &w->batches[0];
     w->flight = &w->batches[1];
-    buf_init(&w->batches[0].data, 0);
-    buf_init(&w->batches[1].data, 0);
+    w->done = &w->batches[2];
+    for (int i = 0; i < 3; i++)
+        buf_init(&w->batches[i].data, 0);
     w->next_seq = 1;
     if (!w->dir) {
         wal_free(w);
@@ -1925,6 +1982,7 @@ int wal_open(const wal_options *opts, uv_loop_t *loop, wal **out, strata_err *er
     uv_prepare_init(loop, &w->prepare);
     w->prepare.data = w;
     maybe_remove_segments(w);
+    maybe_prepare_spare(w);
     *out = w;
     return 0;
 fail:

@@ -8,7 +8,10 @@
 #include <cmocka.h>
 
 #include <fcntl.h>
+#include <linux/fiemap.h>
+#include <linux/fs.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 
@@ -172,7 +175,11 @@ static void empty_log_opens_and_reopens(void **state)
     assert_int_equal(err.code, ERR_NOT_FOUND);
     reopen(f);
     assert_int_equal(wal_groups(f->w, NULL, 0), 0);
-    assert_int_equal(tu_count_segments(f->dir), 0);
+    /* No segment, only (maybe) the first one being prepared, without a header. */
+    wal_stats st;
+    wal_get_stats(f->w, &st);
+    assert_int_equal(st.segments, 0);
+    assert_true(tu_count_segments(f->dir) <= 1);
 }
 
 static void second_open_is_refused_by_lock(void **state)
@@ -1036,8 +1043,61 @@ static void next_segment_is_prepared_ahead(void **state)
     reopen(f);
     wal_get_stats(f->w, &st);
     assert_int_equal(st.tail_truncated, 0);
-    assert_int_equal(tu_count_segments(f->dir), 2);
+    assert_int_equal(st.segments, 2);
     check_entries(f, 1, 1, next - 1, 1);
+}
+
+/* Whether any extent of the file is still "unwritten" (allocated, never written): a
+ * sync after writing into one must also commit the filesystem's metadata. */
+static bool has_unwritten_extents(const char *path)
+{
+    int fd = open(path, O_RDONLY);
+    assert_true(fd >= 0);
+    struct {
+        struct fiemap map;
+        struct fiemap_extent ext[64];
+    } q;
+    bool unwritten = false;
+    uint64_t start = 0;
+    for (;;) {
+        memset(&q, 0, sizeof q);
+        q.map.fm_start = start;
+        q.map.fm_length = FIEMAP_MAX_OFFSET;
+        q.map.fm_flags = FIEMAP_FLAG_SYNC;
+        q.map.fm_extent_count = 64;
+        assert_int_equal(ioctl(fd, FS_IOC_FIEMAP, &q.map), 0);
+        if (q.map.fm_mapped_extents == 0)
+            break;
+        for (uint32_t i = 0; i < q.map.fm_mapped_extents; i++)
+            unwritten |= (q.ext[i].fe_flags & FIEMAP_EXTENT_UNWRITTEN) != 0;
+        struct fiemap_extent *last = &q.ext[q.map.fm_mapped_extents - 1];
+        if (last->fe_flags & FIEMAP_EXTENT_LAST)
+            break;
+        start = last->fe_logical + last->fe_length;
+    }
+    close(fd);
+    return unwritten;
+}
+
+/* A new log prepares its first segment at once, and segments are prepared as written
+ * zeros (not fallocate's unwritten extents) at their full size, so that the write
+ * path's syncs carry data only. */
+static void segments_are_prepared_as_zeros(void **state)
+{
+    fixture *f = *state;
+    f->opts.segment_size = 1 << 20;
+    reopen(f);
+    wal_stats st;
+    wal_get_stats(f->w, &st);
+    assert_int_equal(st.prepared, 1);
+    sync_append(f, 1, 1, 1, 1); /* waits for the prepared file and writes into it */
+    char path[512];
+    segment_file(f, 1, path, sizeof path);
+    struct stat sb;
+    assert_int_equal(stat(path, &sb), 0);
+    assert_int_equal(sb.st_size, 1 << 20);
+    assert_false(has_unwritten_extents(path));
+    check_entries(f, 1, 1, 1, 1);
 }
 
 /* Appends 40 single-entry records in ONE batch, closes, and returns the offsets of the
@@ -1157,6 +1217,7 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(lost_oldest_segment_is_detected, setup, teardown),
         cmocka_unit_test_setup_teardown(next_segment_is_prepared_ahead, setup, teardown),
+        cmocka_unit_test_setup_teardown(segments_are_prepared_as_zeros, setup, teardown),
         cmocka_unit_test_setup_teardown(flipped_byte_within_one_batch_is_corruption, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(unwritten_sector_in_last_batch_is_a_torn_tail, setup,
