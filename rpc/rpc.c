@@ -349,7 +349,27 @@ static void on_write(uv_write_t *req, int status)
         conn_fail(c, uv_strerror(status));
 }
 
-/* Hands a list of frames to one uv_write (one buffer per frame). Takes the frames. */
+/* Hands the kernel as much of bufs as it takes at once (nothing if libuv still queues
+ * bytes of this connection: order first). Returns the index of the first buffer not
+ * taken whole, and trims that one by what was taken of it; n if all were. libuv's
+ * uv_write would cost an epoll_ctl on completion even when the kernel takes all. */
+static size_t try_write(conn *c, uv_buf_t *bufs, size_t n)
+{
+    int k = uv_try_write((uv_stream_t *)&c->tcp, bufs, (unsigned)n);
+    if (k < 0)
+        return 0; /* EAGAIN, or an error uv_write reports */
+    size_t took = (size_t)k, i = 0;
+    while (i < n && took >= bufs[i].len)
+        took -= bufs[i++].len;
+    if (i < n) {
+        bufs[i].base += took;
+        bufs[i].len -= took;
+    }
+    return i;
+}
+
+/* Writes a list of frames (one buffer per frame): what the kernel takes at once, then
+ * the rest with one uv_write. Takes the frames. */
 static void write_frames(conn *c, out_frame *list, size_t n, size_t bytes)
 {
     write_req *w = calloc(1, sizeof *w + n * sizeof(uv_buf_t));
@@ -367,8 +387,15 @@ static void write_frames(conn *c, out_frame *list, size_t n, size_t bytes)
         w->bufs[i].len = f->len;
     }
     assert(i == n && i > 0);
+    size_t first = try_write(c, w->bufs, n);
+    if (first == n) {
+        frames_free(list);
+        free(w);
+        return;
+    }
     c->inflight += bytes;
-    int rc = uv_write(&w->req, (uv_stream_t *)&c->tcp, w->bufs, (unsigned)i, on_write);
+    int rc =
+        uv_write(&w->req, (uv_stream_t *)&c->tcp, w->bufs + first, (unsigned)(n - first), on_write);
     if (rc < 0) {
         c->inflight -= bytes;
         frames_free(list);

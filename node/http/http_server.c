@@ -51,8 +51,10 @@ struct uconn {
     size_t write_queue_mark; /* unsent_bytes() when the write deadline was set */
     uv_write_t wreq;
     uv_shutdown_t sreq;
+    uconn *dnext; /* in the server's list of writes done at once (done_queued) */
     bool reading;
     bool write_pending;
+    bool done_queued;
     bool lingering; /* last response sent and FIN sent: draining until EOF */
     bool closing;   /* uv_close called */
 };
@@ -70,6 +72,13 @@ struct http_server {
     http_conn_shared shared;
     uv_tcp_t listener;
     uv_timer_t timer;
+    /* Writes the kernel took whole at once. Their completions are delivered in the
+     * check phase, right after the poll phase in which most responses are written;
+     * done_idle runs while any wait, so that the poll cannot block on them. libuv's own
+     * path would cost an epoll_ctl per write and a turn of the loop. */
+    uv_check_t done_check;
+    uv_idle_t done_idle;
+    uconn *done_head;
     bool timer_armed;
     uint64_t timer_due;
     tlist tl[TL_COUNT];
@@ -79,7 +88,7 @@ struct http_server {
     bool stopping;
     bool listener_closed;
     bool timer_closing;
-    int handles_closing; /* timer and grace timer, at the very end */
+    int handles_closing; /* timers, done_idle and done_check, at the very end */
     uv_timer_t grace;    /* bounds a stop's wait for busy connections */
     void (*stop_done)(void *data);
     void *stop_data;
@@ -248,10 +257,24 @@ static void on_sweep(uv_timer_t *t)
 
 static void maybe_finish_stop(http_server *s);
 
+static void done_unlink(uconn *c)
+{
+    uconn **p = &c->srv->done_head;
+    while (*p != c)
+        p = &(*p)->dnext;
+    *p = c->dnext;
+    c->dnext = NULL;
+    c->done_queued = false;
+    if (c->srv->done_head == NULL)
+        uv_idle_stop(&c->srv->done_idle);
+}
+
 static void on_conn_closed(uv_handle_t *h)
 {
     uconn *c = h->data;
     http_server *s = c->srv;
+    if (c->done_queued)
+        done_unlink(c);
     http_conn_close(&c->core);
     if (c->prev != NULL)
         c->prev->next = c->next;
@@ -368,26 +391,87 @@ static void on_write(uv_write_t *req, int status)
     http_conn_write_done(&c->core, status);
 }
 
+/* Delivers the completions of the writes the kernel took whole. A completion may start
+ * the next response's write, which may join the list again: that one waits for the
+ * next phase, so a pipelined burst cannot hold the loop here. */
+static void deliver_done(http_server *s)
+{
+    uconn *list = s->done_head;
+    s->done_head = NULL;
+    while (list != NULL) {
+        uconn *c = list;
+        list = c->dnext;
+        c->dnext = NULL;
+        c->done_queued = false;
+        c->write_pending = false;
+        if (c->closing)
+            continue;
+        tl_remove(c);
+        http_conn_write_done(&c->core, 0);
+    }
+    if (s->done_head == NULL)
+        uv_idle_stop(&s->done_idle);
+}
+
+static void on_done_check(uv_check_t *h)
+{
+    deliver_done(h->data);
+}
+
+static void on_done_idle(uv_idle_t *h)
+{
+    deliver_done(h->data);
+}
+
+/* Hands the kernel as much as it takes now; true if that was everything. Skips what it
+ * took in bufs. */
+static bool try_write_whole(uconn *c, uv_buf_t *bufs, unsigned *n)
+{
+    int k = uv_try_write((uv_stream_t *)&c->tcp, bufs, *n);
+    if (k < 0)
+        return false; /* EAGAIN, or an error uv_write will report */
+    size_t took = (size_t)k;
+    unsigned i = 0;
+    while (i < *n && took >= bufs[i].len)
+        took -= bufs[i++].len;
+    if (i == *n)
+        return true;
+    bufs[i].base += took;
+    bufs[i].len -= took;
+    memmove(bufs, bufs + i, (*n - i) * sizeof *bufs);
+    *n -= i;
+    return false;
+}
+
 static void conn_write(http_conn *core, const http_iov *iov, size_t n)
 {
     uconn *c = uconn_of(core);
     if (c->closing)
         return; /* the bytes are released with the core */
     assert(n >= 1 && n <= 2 && !c->write_pending);
-    uv_buf_t bufs[2];
+    uv_buf_t bufs[2] = {{0}};
     for (size_t i = 0; i < n; i++)
         bufs[i] = uv_buf_init((char *)iov[i].base, (unsigned)iov[i].len);
+    unsigned nbufs = (unsigned)n;
+    if (try_write_whole(c, bufs, &nbufs)) {
+        /* Nearly always: the response fits the socket buffer. */
+        c->write_pending = true;
+        c->done_queued = true;
+        c->dnext = c->srv->done_head;
+        c->srv->done_head = c;
+        uv_idle_start(&c->srv->done_idle, on_done_idle);
+        return;
+    }
     c->wreq.data = c;
-    int rc = uv_write(&c->wreq, (uv_stream_t *)&c->tcp, bufs, (unsigned)n, on_write);
+    int rc = uv_write(&c->wreq, (uv_stream_t *)&c->tcp, bufs, nbufs, on_write);
     if (rc != 0) {
         http_conn_write_done(core, rc); /* the core tolerates this re-entry */
         return;
     }
     c->write_pending = true;
-    /* Nearly always libuv handed every byte to the kernel at once. Then expire() waits
-     * on without looking at the mark (nothing can join libuv's queue while this write
-     * is pending), so the TIOCOUTQ ioctl that unsent_bytes() makes, one syscall per
-     * response, is needed only when bytes stayed queued in libuv. */
+    /* Usually bytes stayed queued in libuv here. When not, expire() waits on without
+     * looking at the mark (nothing can join libuv's queue while this write is pending),
+     * so the TIOCOUTQ ioctl that unsent_bytes() makes is needed only in the first case. */
     c->write_queue_mark =
         uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) == 0 ? 0 : unsent_bytes(c);
     tl_arm(c, TL_WRITE);
@@ -650,6 +734,12 @@ int http_server_start(uv_loop_t *loop, const http_server_options *opts, http_ser
     }
     uv_timer_init(loop, &s->timer);
     s->timer.data = s;
+    uv_idle_init(loop, &s->done_idle);
+    s->done_idle.data = s;
+    uv_check_init(loop, &s->done_check);
+    s->done_check.data = s;
+    uv_check_start(&s->done_check, on_done_check);
+    uv_unref((uv_handle_t *)&s->done_check); /* done_idle keeps the loop alive if needed */
     uv_timer_init(loop, &s->grace);
     s->grace.data = s;
     *out = s;
@@ -686,9 +776,11 @@ static void maybe_finish_stop(http_server *s)
     if (!s->stopping || !s->listener_closed || s->conns != NULL || s->timer_closing)
         return;
     s->timer_closing = true;
-    s->handles_closing = 2;
+    s->handles_closing = 4;
     uv_close((uv_handle_t *)&s->timer, on_timer_closed);
     uv_close((uv_handle_t *)&s->grace, on_timer_closed);
+    uv_close((uv_handle_t *)&s->done_idle, on_timer_closed);
+    uv_close((uv_handle_t *)&s->done_check, on_timer_closed);
 }
 
 /* The stop's grace period ended: close what is still busy (its requests become detached). */
