@@ -96,7 +96,7 @@ enum {
                                    * a table's unused capacity waits as burst credit */
 #define JOIN_CALL_MS         1000
 #define BACKOFF_MIN_MS       5
-#define BACKOFF_MAX_MS       200
+#define BACKOFF_MAX_MS       100 /* also bounds the wait on a leaderless partition */
 #define HINT_SLOTS           4096 /* leader-hint cache (a cache: collisions overwrite) */
 #define RETRY_PREFIX         "retry:"
 #define CLUSTER_FILE         "cluster"
@@ -3671,6 +3671,10 @@ static void split_finish(rcluster *c, uint64_t pid)
             return;
         }
         count_partition(c, lpart_find(c, child.id));
+        /* The parent's leader stands for election at once: until the child has a leader,
+         * every write to its half of the range is refused and retried. */
+        if (raft_host_is_leader(c->host, pid))
+            (void)raft_host_campaign_soon(c->host, child.id, &err);
     }
     lp = lpart_find(c, pid); /* lpart_add may have moved it */
     lp->desc.hash_hi = sc.split_hash - 1;

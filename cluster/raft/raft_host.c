@@ -120,6 +120,7 @@ typedef struct group {
     bool unconfirmed;
     bool snap_marked;    /* the stored snapshot point says "unconfirmed" (see meta_encode) */
     uint64_t hold_until; /* an unconfirmed follower's swallowed election timeout: next check */
+    uint64_t fast_until; /* campaign_soon: a short election timeout until a leader or this */
 } group;
 
 struct raft_host {
@@ -378,6 +379,7 @@ static void deliver_deferred(group *g);
 static void install_call(group *g);
 static int install_adopt(group *g, uint64_t applied, strata_err *err);
 static uint64_t group_deadline(const group *g);
+static void fast_election_check(group *g);
 static void install_from_update(group *g, struct raft_update *up);
 static int fill_install_snapshot(group *g, struct raft_message *m);
 
@@ -403,6 +405,7 @@ static int group_step(group *g, struct raft_event *ev)
         return -1;
     }
     process_update(g, &up);
+    fast_election_check(g);
     /* After the update is fully handled (the core's message batch is reused by any
      * later step): install() may complete at once and step again. */
     if (g->install_begin && !g->failed) {
@@ -2345,6 +2348,33 @@ int raft_host_transfer(raft_host *h, uint64_t group_id, uint64_t target, raft_ho
     int rc = transfer_in(h, group_id, target, cb, data, err);
     h->depth--;
     return rc;
+}
+
+/* Ends campaign_soon's short election timeout once the group has a leader (a leader's
+ * quorum check must not use it) or its time is up. */
+static void fast_election_check(group *g)
+{
+    if (g->fast_until == 0 || (leader_of(g) == 0 && now_ms(g->h) < g->fast_until))
+        return;
+    g->fast_until = 0;
+    raft_set_election_timeout(&g->raft, g->h->cfg.election_timeout_ms);
+}
+
+int raft_host_campaign_soon(raft_host *h, uint64_t group_id, strata_err *err)
+{
+    group *g = find_group(h, group_id);
+    if (g == NULL || g->failed)
+        return strata_err_set(err, ERR_NOT_FOUND, "group %" PRIu64 " not started here", group_id);
+    if (g->unconfirmed || leader_of(g) != 0 || raft_state(&g->raft) != RAFT_FOLLOWER)
+        return 0;
+    g->fast_until = now_ms(h) + h->cfg.election_timeout_ms;
+    /* Short: the other replicas usually hold the group within milliseconds; until they
+     * do, a pre-vote that finds no one costs a message and no term. */
+    unsigned soon = h->cfg.heartbeat_timeout_ms / 4;
+    raft_set_election_timeout(&g->raft, soon > 0 ? soon : 1);
+    g->deadline = group_deadline(g);
+    rearm(h, g->deadline);
+    return 0;
 }
 
 uint64_t raft_host_transferee(const raft_host *h, uint64_t group_id)

@@ -1433,8 +1433,8 @@ static void rejoin_wait(env *e, raft_host *h, uint64_t ms)
 static void test_rejoin_waits_for_commit(void **state)
 {
     (void)state;
-    uint8_t *old_conf, *new_conf;
-    size_t old_len, new_len;
+    uint8_t *old_conf = NULL, *new_conf = NULL;
+    size_t old_len = 0, new_len = 0;
     for (int k = 0; k < 2; k++) {
         struct raft_configuration conf;
         struct raft_buffer b;
@@ -1902,6 +1902,34 @@ static void test_transfer(void **state)
     cluster_stop();
 }
 
+/* A replica told to campaign soon (the parent's leader, for a child a split just made)
+ * leads within a few rounds, where a first election waits a whole election timeout (20
+ * rounds here); the usual timeout is back once it leads, so its quorum check does not
+ * make it step down after a few missed rounds. A group with a leader is left alone. */
+static void test_campaign_soon(void **state)
+{
+    (void)state;
+    strata_err err;
+    cluster_start();
+    assert_int_equal(raft_host_campaign_soon(ch[2], 1, &err), 0);
+    assert_int_equal(raft_host_campaign_soon(ch[2], 99, &err), -1);
+    assert_int_equal(err.code, ERR_NOT_FOUND);
+    int rounds = 0;
+    for (; rounds < 400 && cluster_leader() == 0; rounds++)
+        cluster_round();
+    assert_int_equal(cluster_leader(), 2);
+    assert_true(rounds < 10);
+    assert_int_equal(cluster_write(1), 2); /* every replica hears of the leader */
+    assert_int_equal(raft_host_campaign_soon(ch[3], 1, &err), 0); /* has a leader: no-op */
+    cut[1] = cut[3] = true;
+    for (int r = 0; r < 8; r++)
+        cluster_round();
+    assert_true(raft_host_is_leader(ch[2], 1));
+    cut[1] = cut[3] = false;
+    assert_int_equal(cluster_write(1), 2);
+    cluster_stop();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1926,6 +1954,7 @@ int main(void)
         cmocka_unit_test(test_membership_move),
         cmocka_unit_test(test_change_mid_batch),
         cmocka_unit_test(test_transfer),
+        cmocka_unit_test(test_campaign_soon),
         cmocka_unit_test(test_codec_roundtrip),
         cmocka_unit_test(test_codec_rejects_malformed),
     };
