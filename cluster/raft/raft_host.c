@@ -1749,6 +1749,40 @@ static void confirm_check(group *g, uint64_t from, uint64_t term, uint64_t last,
         group_fail(g, ERR_IO, "storage refused term/vote");
 }
 
+/*
+ * The core answers a pre-vote with the request's own term, so a pre-candidate never
+ * learns that a voter holds a higher term. A voter whose term rose in an election it
+ * could not win (its requests lost, after a transfer's TimeoutNow say) keeps that term
+ * and a log too short to win: it refuses every pre-vote for a lower term, the others
+ * never reach its term, and when its vote is needed the group never elects again
+ * (test_pre_vote_learns_higher_term). Raft adopts a higher term seen in any
+ * message; so a pre-vote request showing its sender's term (the request's, less one)
+ * above ours is handed to the core as that sender's refusal, which makes a pre-candidate
+ * take the term (a refusal grants nothing; the core ignores it in any other state).
+ */
+static void adopt_pre_vote_term(group *g, uint64_t from, const struct raft_request_vote *rv)
+{
+    if (g->failed || raft_state(&g->raft) != RAFT_CANDIDATE ||
+        rv->term < raft_current_term(&g->raft) + 3)
+        return; /* the core takes a result's term only if above its own plus one */
+    char addr[24];
+    snprintf(addr, sizeof addr, "%" PRIu64, from);
+    struct raft_message m;
+    memset(&m, 0, sizeof m);
+    m.type = RAFT_REQUEST_VOTE_RESULT;
+    m.server_id = from;
+    m.server_address = addr;
+    m.request_vote_result.version = 2;
+    m.request_vote_result.term = rv->term - 1;
+    m.request_vote_result.vote_granted = false;
+    m.request_vote_result.pre_vote = true;
+    struct raft_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.type = RAFT_RECEIVE;
+    ev.receive.message = &m;
+    (void)group_step(g, &ev);
+}
+
 static int receive_in(raft_host *h, uint64_t from, uint64_t group_id, const void *msg, size_t len,
                       strata_err *err)
 {
@@ -1767,6 +1801,9 @@ static int receive_in(raft_host *h, uint64_t from, uint64_t group_id, const void
         return strata_err_set(err, ERR_CORRUPT, "raft message header mismatch");
     }
     bool is_snap = m.type == RAFT_INSTALL_SNAPSHOT;
+    struct raft_request_vote pre_vote = {0};
+    if (m.type == RAFT_REQUEST_VOTE && m.request_vote.pre_vote)
+        pre_vote = m.request_vote;
     if (is_snap && !snapshot_acceptable(g, &m)) {
         raft_msg_free(owner); /* the leader sends it again */
         return 0;
@@ -1806,6 +1843,8 @@ static int receive_in(raft_host *h, uint64_t from, uint64_t group_id, const void
         return strata_err_set(err, ERR_UNAVAILABLE, "group %" PRIu64 " stopped", group_id);
     if (is_append)
         confirm_check(g, from, ae_term, ae_last, ae_last_term, ae_commit);
+    if (pre_vote.pre_vote)
+        adopt_pre_vote_term(g, from, &pre_vote);
     return 0;
 }
 
