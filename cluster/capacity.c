@@ -139,13 +139,25 @@ static void refill_absent(ctable *t, cap_kind k, uint64_t now_ms)
 
 /* The table's pool on this node: the node's share of the table's rate when the cluster set
  * one, else the shares of the partitions it serves. */
+/*
+ * A node's pool under a share holds 300 s of the share. When the share drops (demand
+ * moved to other nodes) the credit already held stays, up to 300 s of the whole table,
+ * and accrues no more until spent below the new bound: clipping it would lose burst
+ * credit at every shift of demand, leaving the cluster short of DynamoDB's 300 s.
+ */
 static void refill_pool(ctable *t, cap_kind k, uint64_t now_ms)
 {
     int64_t rate = table_rate(t, k);
-    if (node_shared(t, k))
-        refill(&t->pool[k], (rate < CAP_RATE_MAX ? rate : CAP_RATE_MAX) * t->share_ppm[k], CAP_PPM,
-               burst_ms(t), now_ms);
-    else
+    if (node_shared(t, k)) {
+        int64_t r = rate < CAP_RATE_MAX ? rate : CAP_RATE_MAX;
+        bucket *b = &t->pool[k];
+        bool started = b->started;
+        int64_t held = b->tokens;
+        refill(b, r * t->share_ppm[k], CAP_PPM, burst_ms(t), now_ms);
+        int64_t whole = r * (CAP_NANO / SEC_MS) * burst_ms(t);
+        if (started && held > b->tokens)
+            b->tokens = held < whole ? held : whole;
+    } else
         refill(&t->pool[k], rate * t->conf.n_local, t->conf.n_partitions, burst_ms(t), now_ms);
 }
 

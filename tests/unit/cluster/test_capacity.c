@@ -146,6 +146,12 @@ static void test_node_share(void **state)
     capacity_set_node_share(c, 1, CAP_READ, 2 * CAP_PPM, 12000 + 3600000);
     assert_int_equal(drain(c, &conf, 1, CAP_READ, U, 12000 + 3600000), 3000);
     assert_int_equal(over(c, &conf, 1, CAP_READ, U, 3612000, 3616000), 40);
+    /* A share that drops keeps the credit held (300 s of the whole table at most): demand
+     * moving between nodes must not lose burst credit. */
+    uint64_t later = 3616000 + 3600000;
+    capacity_set_node_share(c, 1, CAP_READ, CAP_PPM / 4, later);
+    assert_int_equal(drain(c, &conf, 1, CAP_READ, U, later), 3000);
+    assert_int_equal(over(c, &conf, 1, CAP_READ, U, later, later + 4000), 10);
     /* Unknown tables are left alone. */
     capacity_set_node_share(c, 99, CAP_WRITE, CAP_PPM, 0);
     capacity_free(c);

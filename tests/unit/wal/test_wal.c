@@ -786,12 +786,12 @@ static void torn_new_segment_is_removed(void **state)
 static void io_failure_fails_callbacks_and_later_requests(void **state)
 {
     fixture *f = *state;
-    reopen(f);
     signal(SIGXFSZ, SIG_IGN);
     struct rlimit old, small = {16384, 16384};
     getrlimit(RLIMIT_FSIZE, &old);
     small.rlim_max = old.rlim_max;
     assert_int_equal(setrlimit(RLIMIT_FSIZE, &small), 0);
+    reopen(f); /* after the limit: the first segment, prepared at open, fails too */
     completions c = {0};
     tag t[2] = {{&c, 0}, {&c, 1}};
     strata_err err;
@@ -1053,28 +1053,28 @@ static bool has_unwritten_extents(const char *path)
 {
     int fd = open(path, O_RDONLY);
     assert_true(fd >= 0);
-    struct {
-        struct fiemap map;
-        struct fiemap_extent ext[64];
-    } q;
+    enum { N = 64 };
+    struct fiemap *q = malloc(sizeof *q + N * sizeof(struct fiemap_extent));
+    assert_non_null(q);
     bool unwritten = false;
     uint64_t start = 0;
     for (;;) {
-        memset(&q, 0, sizeof q);
-        q.map.fm_start = start;
-        q.map.fm_length = FIEMAP_MAX_OFFSET;
-        q.map.fm_flags = FIEMAP_FLAG_SYNC;
-        q.map.fm_extent_count = 64;
-        assert_int_equal(ioctl(fd, FS_IOC_FIEMAP, &q.map), 0);
-        if (q.map.fm_mapped_extents == 0)
+        memset(q, 0, sizeof *q + N * sizeof(struct fiemap_extent));
+        q->fm_start = start;
+        q->fm_length = FIEMAP_MAX_OFFSET;
+        q->fm_flags = FIEMAP_FLAG_SYNC;
+        q->fm_extent_count = N;
+        assert_int_equal(ioctl(fd, FS_IOC_FIEMAP, q), 0);
+        if (q->fm_mapped_extents == 0)
             break;
-        for (uint32_t i = 0; i < q.map.fm_mapped_extents; i++)
-            unwritten |= (q.ext[i].fe_flags & FIEMAP_EXTENT_UNWRITTEN) != 0;
-        struct fiemap_extent *last = &q.ext[q.map.fm_mapped_extents - 1];
+        for (uint32_t i = 0; i < q->fm_mapped_extents; i++)
+            unwritten |= (q->fm_extents[i].fe_flags & FIEMAP_EXTENT_UNWRITTEN) != 0;
+        struct fiemap_extent *last = &q->fm_extents[q->fm_mapped_extents - 1];
         if (last->fe_flags & FIEMAP_EXTENT_LAST)
             break;
         start = last->fe_logical + last->fe_length;
     }
+    free(q);
     close(fd);
     return unwritten;
 }
