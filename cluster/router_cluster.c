@@ -238,8 +238,9 @@ struct op {
     uint64_t deadline;
     uint64_t retry_at;
     unsigned attempt;
-    bool in_flight; /* an attempt (rpc call, submit, barrier) is outstanding */
-    bool waiting;   /* OP_META: committed, waiting for the local map to hold it */
+    bool via_parent; /* OP_WRITE: an attempt went to the partition a split cut the key from */
+    bool in_flight;  /* an attempt (rpc call, submit, barrier) is outstanding */
+    bool waiting;    /* OP_META: committed, waiting for the local map to hold it */
     uint64_t wait_index;
     router_cb wcb; /* OP_WRITE, OP_META */
     router_read_cb rcb;
@@ -947,6 +948,28 @@ static void on_remote_write(void *ctx, int status, const strata_err *err, const 
     op_fail(o, err);
 }
 
+/*
+ * The partition a split is cutting `hash` out of, while this node's replica of it still
+ * owns the key: the map splits first, and the child exists only once the parent's log
+ * has applied its SPLIT (and then elected a leader), a few hundred ms under load. A write
+ * sent to the parent meanwhile is applied there before the SPLIT (so the child starts
+ * with it) or comes back MOVED after (apply checks every key against the range).
+ */
+static const meta_partition *split_parent_owning(const rcluster *c, const meta_partition *mp,
+                                                 uint64_t hash)
+{
+    if (mp->hash_lo == 0)
+        return NULL;
+    const meta_partition *left = meta_partition_for_hash(c->meta, mp->table_id, mp->hash_lo - 1);
+    if (left == NULL || left->table_id != mp->table_id || left->hash_hi + 1 != mp->hash_lo)
+        return NULL;
+    const lpart *lp = lpart_find(c, left->id);
+    if (lp == NULL || lp->desc.table_id != mp->table_id || hash < lp->desc.hash_lo ||
+        hash > lp->desc.hash_hi)
+        return NULL;
+    return left;
+}
+
 static void write_attempt(op *o)
 {
     rcluster *c = o->c;
@@ -955,6 +978,12 @@ static void write_attempt(op *o)
     if (mp == NULL) {
         op_fail_code(o, ERR_RESOURCE_NOT_FOUND, "Requested resource not found");
         return;
+    }
+    /* Once per write: a parent that answered MOVED (or failed) is not asked again. */
+    const meta_partition *parent = o->via_parent ? NULL : split_parent_owning(c, mp, o->hash);
+    if (parent != NULL) {
+        o->via_parent = true;
+        mp = parent;
     }
     o->pid = mp->id;
     uint64_t target = pick_leader(c, mp, o->attempt);

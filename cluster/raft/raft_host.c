@@ -121,6 +121,11 @@ typedef struct group {
     bool snap_marked;    /* the stored snapshot point says "unconfirmed" (see meta_encode) */
     uint64_t hold_until; /* an unconfirmed follower's swallowed election timeout: next check */
     uint64_t fast_until; /* campaign_soon: a short election timeout until a leader or this */
+    /* A TimeoutNow that came while the entries it names were still being written (see
+     * hold_timeout_now); stepped once they are. */
+    bool tn_held;
+    uint64_t tn_from;
+    struct raft_timeout_now tn;
 } group;
 
 struct raft_host {
@@ -461,6 +466,8 @@ static void tv_done(void *data, int status)
     h->depth--;
 }
 
+static void release_timeout_now(group *g);
+
 static void persisted(group *g, uint64_t index)
 {
     struct raft_event ev;
@@ -468,6 +475,7 @@ static void persisted(group *g, uint64_t index)
     ev.type = RAFT_PERSISTED_ENTRIES;
     ev.persisted_entries.index = index;
     group_step(g, &ev);
+    release_timeout_now(g);
 }
 
 /* C-Raft accepts RAFT_PERSISTED_ENTRIES only as leader or follower (a candidate issues
@@ -1783,6 +1791,47 @@ static void adopt_pre_vote_term(group *g, uint64_t from, const struct raft_reque
     (void)group_step(g, &ev);
 }
 
+/*
+ * A leader hands leadership over by sending TimeoutNow once the target's answers show
+ * its log; the core sends it at most once per transfer, and the target's core ignores
+ * it while it is still writing entries the message names (measured under a steady write
+ * load: every failed transfer had its TimeoutNow arrive with the last entries in flight,
+ * and the partition refused writes for the whole election timeout the leader then waits).
+ * So the host holds such a message until those entries are written, then steps it: one
+ * write's delay instead of a failed transfer. The core still checks term and log then.
+ */
+static bool hold_timeout_now(group *g, uint64_t from, const struct raft_message *m)
+{
+    uint64_t last = raft_last_index(&g->raft);
+    if (m->type != RAFT_TIMEOUT_NOW || raft_state(&g->raft) != RAFT_FOLLOWER ||
+        m->timeout_now.last_log_index != last || g->raft.last_stored >= last)
+        return false;
+    g->tn_held = true;
+    g->tn_from = from;
+    g->tn = m->timeout_now;
+    return true;
+}
+
+static void release_timeout_now(group *g)
+{
+    if (!g->tn_held || g->failed || g->raft.last_stored < g->tn.last_log_index)
+        return;
+    g->tn_held = false;
+    char addr[24];
+    snprintf(addr, sizeof addr, "%" PRIu64, g->tn_from);
+    struct raft_message m;
+    memset(&m, 0, sizeof m);
+    m.type = RAFT_TIMEOUT_NOW;
+    m.server_id = g->tn_from;
+    m.server_address = addr;
+    m.timeout_now = g->tn;
+    struct raft_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.type = RAFT_RECEIVE;
+    ev.receive.message = &m;
+    (void)group_step(g, &ev);
+}
+
 static int receive_in(raft_host *h, uint64_t from, uint64_t group_id, const void *msg, size_t len,
                       strata_err *err)
 {
@@ -1811,6 +1860,10 @@ static int receive_in(raft_host *h, uint64_t from, uint64_t group_id, const void
     /* An unconfirmed replica neither votes (pre-votes included) nor campaigns when told
      * to take over: the candidate or the leader goes on without it. */
     if (g->unconfirmed && (m.type == RAFT_REQUEST_VOTE || m.type == RAFT_TIMEOUT_NOW)) {
+        raft_msg_free(owner);
+        return 0;
+    }
+    if (hold_timeout_now(g, from, &m)) {
         raft_msg_free(owner);
         return 0;
     }

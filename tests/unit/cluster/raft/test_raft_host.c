@@ -532,7 +532,8 @@ static qmsg *q_head;
 static env cenv[CN + 1];
 static raft_host *ch[CN + 1];
 static bool cut[CN + 1];    /* node isolated: its messages, both ways, are dropped */
-static int slow_io[CN + 1]; /* > 0: storage completes at most this many writes a round */
+static int slow_io[CN + 1]; /* > 0: storage completes at most this many writes a round;
+                             * < 0: none */
 
 static int q_send(void *ctx, uint64_t to, uint64_t group, const void *m, size_t len)
 {
@@ -560,6 +561,8 @@ static void cluster_round(void)
             flush_io(&cenv[i], 0);
             continue;
         }
+        if (slow_io[i] < 0)
+            continue;
         for (int k = 0; k < slow_io[i] && cenv[i].io_head != NULL; k++) {
             pending_io *p = cenv[i].io_head;
             cenv[i].io_head = p->next;
@@ -1992,6 +1995,45 @@ static void test_pre_vote_learns_higher_term(void **state)
     cluster_stop();
 }
 
+/* A TimeoutNow that reaches the target while the entries it names are still being
+ * written (the leader's core sends it at an answer for earlier entries, and only once) is
+ * held until they are written, and the target then takes over. The core alone ignores
+ * it, and the transfer fails after an election timeout with writes refused throughout. */
+static void test_timeout_now_waits_for_writes(void **state)
+{
+    (void)state;
+    strata_err err;
+    cluster_start();
+    int l = cluster_write(2);
+    int t = l % 3 + 1;
+    slow_io[t] = -1;
+    outcome_rec w = {0};
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(raft_host_submit(ch[l], 1, "abc", 3, record, &w, &err), 0);
+    cluster_round();
+    cluster_round();
+    raft_host_group_stats st;
+    assert_int_equal(raft_host_group_info(ch[t], 1, &st, NULL), 0);
+    assert_true(st.last_stored < st.last_index); /* received, still being written */
+    struct raft_message tn;
+    memset(&tn, 0, sizeof tn);
+    tn.type = RAFT_TIMEOUT_NOW;
+    tn.timeout_now.version = 1;
+    tn.timeout_now.term = st.term;
+    tn.timeout_now.last_log_index = st.last_index;
+    tn.timeout_now.last_log_term = st.term;
+    uint8_t *b = NULL;
+    size_t n = 0;
+    assert_int_equal(raft_msg_encode(1, (uint64_t)l, &tn, NULL, &b, &n, &err), 0);
+    assert_int_equal(raft_host_receive(ch[t], (uint64_t)l, 1, b, n, &err), 0);
+    free(b);
+    slow_io[t] = 0;
+    for (int r = 0; r < 10 && cluster_leader() != t; r++)
+        cluster_round();
+    assert_int_equal(cluster_leader(), t);
+    cluster_stop();
+}
+
 /* A replica told to campaign soon (the parent's leader, for a child a split just made)
  * leads within a few rounds, where a first election waits a whole election timeout (20
  * rounds here); the usual timeout is back once it leads, so its quorum check does not
@@ -2045,6 +2087,7 @@ int main(void)
         cmocka_unit_test(test_change_mid_batch),
         cmocka_unit_test(test_transfer),
         cmocka_unit_test(test_transfer_to_lagging_target),
+        cmocka_unit_test(test_timeout_now_waits_for_writes),
         cmocka_unit_test(test_campaign_soon),
         cmocka_unit_test(test_pre_vote_learns_higher_term),
         cmocka_unit_test(test_codec_roundtrip),
