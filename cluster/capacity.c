@@ -137,13 +137,13 @@ static void refill_absent(ctable *t, cap_kind k, uint64_t now_ms)
            now_ms);
 }
 
-/* The table's pool on this node: the node's share of the table's rate when the cluster set
- * one, else the shares of the partitions it serves. */
 /*
- * A node's pool under a share holds 300 s of the share. When the share drops (demand
- * moved to other nodes) the credit already held stays, up to 300 s of the whole table,
- * and accrues no more until spent below the new bound: clipping it would lose burst
- * credit at every shift of demand, leaving the cluster short of DynamoDB's 300 s.
+ * The table's pool on this node: the node's share of the table's rate when the cluster set
+ * one, else the shares of the partitions it serves. Under a share it holds 300 s of the
+ * share; when the share drops (demand moved to other nodes) the credit already held stays,
+ * up to 300 s of the whole table, and accrues no more until spent below the new bound:
+ * clipping it would lose burst credit at every shift of demand, leaving the cluster short
+ * of DynamoDB's 300 s.
  */
 static void refill_pool(ctable *t, cap_kind k, uint64_t now_ms)
 {

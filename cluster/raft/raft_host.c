@@ -1757,6 +1757,21 @@ static void confirm_check(group *g, uint64_t from, uint64_t term, uint64_t last,
         group_fail(g, ERR_IO, "storage refused term/vote");
 }
 
+/* Steps a message the host makes up on behalf of `from` (from's id as its address, as
+ * raft_msg_decode gives). */
+static void step_as_from(group *g, uint64_t from, struct raft_message *m)
+{
+    char addr[24];
+    snprintf(addr, sizeof addr, "%" PRIu64, from);
+    m->server_id = from;
+    m->server_address = addr;
+    struct raft_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.type = RAFT_RECEIVE;
+    ev.receive.message = m;
+    (void)group_step(g, &ev);
+}
+
 /*
  * The core answers a pre-vote with the request's own term, so a pre-candidate never
  * learns that a voter holds a higher term. A voter whose term rose in an election it
@@ -1773,22 +1788,14 @@ static void adopt_pre_vote_term(group *g, uint64_t from, const struct raft_reque
     if (g->failed || raft_state(&g->raft) != RAFT_CANDIDATE ||
         rv->term < raft_current_term(&g->raft) + 3)
         return; /* the core takes a result's term only if above its own plus one */
-    char addr[24];
-    snprintf(addr, sizeof addr, "%" PRIu64, from);
     struct raft_message m;
     memset(&m, 0, sizeof m);
     m.type = RAFT_REQUEST_VOTE_RESULT;
-    m.server_id = from;
-    m.server_address = addr;
     m.request_vote_result.version = 2;
     m.request_vote_result.term = rv->term - 1;
     m.request_vote_result.vote_granted = false;
     m.request_vote_result.pre_vote = true;
-    struct raft_event ev;
-    memset(&ev, 0, sizeof ev);
-    ev.type = RAFT_RECEIVE;
-    ev.receive.message = &m;
-    (void)group_step(g, &ev);
+    step_as_from(g, from, &m);
 }
 
 /*
@@ -1817,19 +1824,11 @@ static void release_timeout_now(group *g)
     if (!g->tn_held || g->failed || g->raft.last_stored < g->tn.last_log_index)
         return;
     g->tn_held = false;
-    char addr[24];
-    snprintf(addr, sizeof addr, "%" PRIu64, g->tn_from);
     struct raft_message m;
     memset(&m, 0, sizeof m);
     m.type = RAFT_TIMEOUT_NOW;
-    m.server_id = g->tn_from;
-    m.server_address = addr;
     m.timeout_now = g->tn;
-    struct raft_event ev;
-    memset(&ev, 0, sizeof ev);
-    ev.type = RAFT_RECEIVE;
-    ev.receive.message = &m;
-    (void)group_step(g, &ev);
+    step_as_from(g, g->tn_from, &m);
 }
 
 static int receive_in(raft_host *h, uint64_t from, uint64_t group_id, const void *msg, size_t len,
