@@ -816,6 +816,28 @@ static void op_retry(op *o, uint64_t leader_hint)
     schedule_retry_timer(c);
 }
 
+/* raft_host's events.leader: a local replica learned its group's leader. Ops backing off
+ * on that group (no leader known, a leader that just changed) go at once, not at the end
+ * of their backoff: after an election or a split's first one, writes resume as soon as
+ * the leader is known here. Called inside the host: only reschedules. */
+static void on_group_leader(void *ctx, uint64_t group, uint64_t leader)
+{
+    rcluster *c = ctx;
+    if (leader == 0 || c->closing)
+        return;
+    bool woke = false;
+    for (op *o = c->retry_head; o != NULL; o = o->retry_next) {
+        bool waits = group == META_GROUP ? o->kind == OP_META
+                                         : o->kind != OP_META && o->pid == group;
+        if (waits && o->retry_at != 0) {
+            o->retry_at = 0;
+            woke = true;
+        }
+    }
+    if (woke)
+        uv_timer_start(&c->retry, on_retry_timer, 0, 0);
+}
+
 /* Runs the op at the next loop iteration (never inside the call that created it). */
 static void op_start(op *o)
 {
@@ -4659,6 +4681,7 @@ static int open_host(rcluster *c, const router_cluster_config *cc, strata_err *e
         .node_id = c->self,
         .transport = {.ctx = c, .send = transport_send},
         .fsm = {.ctx = c, .apply = fsm_apply, .install = fsm_install},
+        .events = {.ctx = c, .leader = on_group_leader},
         .election_timeout_ms = cc->election_timeout_ms,
         .heartbeat_timeout_ms = cc->heartbeat_timeout_ms,
         .seed = c->self * 0x9e3779b97f4a7c15ull,

@@ -121,6 +121,9 @@ typedef struct group {
     bool snap_marked;    /* the stored snapshot point says "unconfirmed" (see meta_encode) */
     uint64_t hold_until; /* an unconfirmed follower's swallowed election timeout: next check */
     uint64_t fast_until; /* campaign_soon: a short election timeout until a leader or this */
+    unsigned fast_timeout; /* campaign_soon: the short timeout now (doubles per new term) */
+    uint64_t fast_term;    /* campaign_soon: the term when fast_timeout was last set */
+    uint64_t known_leader; /* as last reported to cfg.events.leader */
     /* A TimeoutNow that came while the entries it names were still being written (see
      * hold_timeout_now); stepped once they are. */
     bool tn_held;
@@ -388,6 +391,18 @@ static void fast_election_check(group *g);
 static void install_from_update(group *g, struct raft_update *up);
 static int fill_install_snapshot(group *g, struct raft_message *m);
 
+/* Reports a change of the leader known here to cfg.events.leader. */
+static void note_leader(group *g)
+{
+    uint64_t leader = g->failed ? 0 : leader_of(g);
+    if (leader == g->known_leader)
+        return;
+    g->known_leader = leader;
+    const raft_host_events *ev = &g->h->cfg.events;
+    if (ev->leader != NULL)
+        ev->leader(ev->ctx, g->id, leader);
+}
+
 static int group_step(group *g, struct raft_event *ev)
 {
     struct raft_update up;
@@ -411,6 +426,7 @@ static int group_step(group *g, struct raft_event *ev)
     }
     process_update(g, &up);
     fast_election_check(g);
+    note_leader(g);
     /* After the update is fully handled (the core's message batch is reused by any
      * later step): install() may complete at once and step again. */
     if (g->install_begin && !g->failed) {
@@ -2442,11 +2458,25 @@ int raft_host_transfer(raft_host *h, uint64_t group_id, uint64_t target, raft_ho
 }
 
 /* Ends campaign_soon's short election timeout once the group has a leader (a leader's
- * quorum check must not use it) or its time is up. */
+ * quorum check must not use it) or its time is up. Until then it doubles at each new
+ * term, up to the heartbeat timeout: a vote round that takes longer than the timeout (a
+ * loaded node writes the term and vote first) must not be cut short again and again,
+ * while pre-votes that find no one (no term) keep being retried soon. */
 static void fast_election_check(group *g)
 {
-    if (g->fast_until == 0 || (leader_of(g) == 0 && now_ms(g->h) < g->fast_until))
+    if (g->fast_until == 0)
         return;
+    if (leader_of(g) == 0 && now_ms(g->h) < g->fast_until) {
+        uint64_t term = raft_current_term(&g->raft);
+        if (term > g->fast_term && g->fast_timeout < g->h->cfg.heartbeat_timeout_ms) {
+            g->fast_term = term;
+            g->fast_timeout = g->fast_timeout * 2 < g->h->cfg.heartbeat_timeout_ms
+                                  ? g->fast_timeout * 2
+                                  : g->h->cfg.heartbeat_timeout_ms;
+            raft_set_election_timeout(&g->raft, g->fast_timeout);
+        }
+        return;
+    }
     g->fast_until = 0;
     raft_set_election_timeout(&g->raft, g->h->cfg.election_timeout_ms);
 }
@@ -2460,9 +2490,12 @@ int raft_host_campaign_soon(raft_host *h, uint64_t group_id, strata_err *err)
         return 0;
     g->fast_until = now_ms(h) + h->cfg.election_timeout_ms;
     /* Short: the other replicas usually hold the group within milliseconds; until they
-     * do, a pre-vote that finds no one costs a message and no term. */
-    unsigned soon = h->cfg.heartbeat_timeout_ms / 4;
-    raft_set_election_timeout(&g->raft, soon > 0 ? soon : 1);
+     * do, a pre-vote that finds no one costs a message and no term. A slow vote round
+     * makes it longer (fast_election_check). */
+    unsigned soon = h->cfg.heartbeat_timeout_ms / 10;
+    g->fast_timeout = soon > 0 ? soon : 1;
+    g->fast_term = raft_current_term(&g->raft);
+    raft_set_election_timeout(&g->raft, g->fast_timeout);
     g->deadline = group_deadline(g);
     rearm(h, g->deadline);
     return 0;

@@ -220,12 +220,22 @@ typedef struct {
                    uint64_t token);
 } raft_host_fsm;
 
+/* Optional notifications (a NULL function is not called). leader(): the leader this node
+ * knows for `group` changed to `leader` (0: none known any more); called from inside the
+ * host's processing, so it must not call back into the host, only note or schedule. It
+ * lets a caller waiting for a leader go on at once rather than poll. */
+typedef struct {
+    void *ctx;
+    void (*leader)(void *ctx, uint64_t group, uint64_t leader);
+} raft_host_events;
+
 typedef struct {
     uint64_t node_id; /* this node's id (= C-Raft server id), > 0 */
     raft_host_storage storage;
     raft_host_transport transport;
     raft_host_clock clock;
     raft_host_fsm fsm;
+    raft_host_events events;
     unsigned election_timeout_ms;         /* 0 = 1000 */
     unsigned heartbeat_timeout_ms;        /* 0 = 100; must be < election timeout */
     uint64_t seed;                        /* seeds each group's election-timer randomness */

@@ -30,6 +30,8 @@ typedef struct {
     bool refuse_appends;
     bool has_state; /* load: pretend storage holds nothing unless set */
     uint64_t applied_count;
+    int leader_events;    /* events.leader calls, and the last leader reported */
+    uint64_t leader_seen;
     int busy_answers;     /* apply answers RAFT_HOST_APPLY_BUSY this many times */
     uint64_t last_busy;   /* index of the last refused command */
     raft_host *stop_host; /* apply tries raft_host_stop_group(stop_host, 5) */
@@ -201,6 +203,14 @@ static int fsm_apply(void *ctx, uint64_t group, uint64_t index, const void *cmd,
     return 0;
 }
 
+static void ev_leader(void *ctx, uint64_t group, uint64_t leader)
+{
+    (void)group;
+    env *e = ctx;
+    e->leader_events++;
+    e->leader_seen = leader;
+}
+
 static raft_host_config config(env *e, uint64_t node)
 {
     return (raft_host_config){
@@ -213,6 +223,7 @@ static raft_host_config config(env *e, uint64_t node)
         .transport = {.ctx = e, .send = tr_send},
         .clock = {.ctx = e, .now = ck_now, .arm = ck_arm},
         .fsm = {.ctx = e, .apply = fsm_apply, .install = fsm_install},
+        .events = {.ctx = e, .leader = ev_leader},
         .election_timeout_ms = 100,
         .heartbeat_timeout_ms = 20,
         .seed = 1,
@@ -2009,6 +2020,10 @@ static void test_campaign_soon(void **state)
     assert_int_equal(cluster_leader(), 2);
     assert_true(rounds < 10);
     assert_int_equal(cluster_write(1), 2); /* every replica hears of the leader */
+    for (int i = 1; i <= 3; i++) { /* and says so once: no leader before, then node 2 */
+        assert_int_equal(cenv[i].leader_events, 1);
+        assert_int_equal(cenv[i].leader_seen, 2);
+    }
     assert_int_equal(raft_host_campaign_soon(ch[3], 1, &err), 0); /* has a leader: no-op */
     cut[1] = cut[3] = true;
     for (int r = 0; r < 8; r++)
