@@ -132,6 +132,7 @@ enum {
 #define LOAD_MAX_MOVES      2
 #define LOAD_MOVE_SETTLE_MS 30000
 
+#define META_HEARTBEAT_MS    20   /* the meta group's (see start_meta_group) */
 #define SPLIT_PROPOSE_MS     2000 /* a parent's leader proposes a SPLIT again after this long */
 #define SPLIT_ATTEMPTS       8    /* re-proposals of a map split that lost its child id */
 #define AUTO_SPLIT_RETRY_MS  2000 /* a partition's leader asks for a split at most this often */
@@ -330,6 +331,7 @@ struct rcluster {
     uint64_t replace_after_ms;   /* replicas of a node DOWN this long are re-created */
     uint64_t split_size_bytes;   /* automatic splits (router_cluster_config); 0: never */
     uint64_t split_heat_ms;
+    unsigned heartbeat_ms; /* the partition groups' (raft_host's default: 100) */
     bool sched_busy;             /* the scheduler waits for its last command or probe */
     unsigned transfers;          /* leadership transfers in flight from this node */
     uint64_t last_transfer;      /* when this node last started one */
@@ -3307,7 +3309,12 @@ static int start_meta_group(rcluster *c, strata_err *err)
     c->formed = true;
     if (!c->voter)
         return 0;
-    return raft_host_start_group(c->host, META_GROUP, ids, c->n_members, 0, err);
+    if (raft_host_start_group(c->host, META_GROUP, ids, c->n_members, 0, err) < 0)
+        return -1;
+    /* Every router waits for the map to show a change (a split, a move): its commit
+     * reaches the other voters with the leader's next heartbeat, so make that soon. */
+    unsigned hb = c->heartbeat_ms < META_HEARTBEAT_MS ? c->heartbeat_ms : META_HEARTBEAT_MS;
+    return raft_host_set_heartbeat(c->host, META_GROUP, hb, err);
 }
 
 static void on_join_answer(void *ctx, int status, const strata_err *err, const uint8_t *data,
@@ -4767,6 +4774,7 @@ rcluster *rcluster_open(const router_config *cfg, strata_err *err)
     c->replace_after_ms = cc->replace_after_ms ? cc->replace_after_ms : REPLACE_AFTER_MS;
     c->split_size_bytes = cc->split_size_bytes;
     c->split_heat_ms = cc->split_heat_ms;
+    c->heartbeat_ms = cc->heartbeat_timeout_ms ? cc->heartbeat_timeout_ms : 100;
     c->bootstrap = cc->bootstrap;
     c->expect = cc->bootstrap_expect > 0 ? cc->bootstrap_expect : 3;
     if (c->expect > MAX_META_VOTERS)

@@ -2501,6 +2501,21 @@ int raft_host_campaign_soon(raft_host *h, uint64_t group_id, strata_err *err)
     return 0;
 }
 
+int raft_host_set_heartbeat(raft_host *h, uint64_t group_id, unsigned heartbeat_ms,
+                            strata_err *err)
+{
+    group *g = find_group(h, group_id);
+    if (g == NULL || g->failed)
+        return strata_err_set(err, ERR_NOT_FOUND, "group %" PRIu64 " not started here", group_id);
+    if (heartbeat_ms == 0 || heartbeat_ms >= h->cfg.election_timeout_ms)
+        return strata_err_set(err, ERR_VALIDATION,
+                              "heartbeat timeout must be 1 ms to below the election timeout");
+    raft_set_heartbeat_timeout(&g->raft, heartbeat_ms);
+    g->deadline = group_deadline(g);
+    rearm(h, g->deadline);
+    return 0;
+}
+
 uint64_t raft_host_transferee(const raft_host *h, uint64_t group_id)
 {
     group *g = find_group(h, group_id);

@@ -381,14 +381,25 @@ int raft_host_read_barrier(raft_host *h, uint64_t group, raft_host_done_cb cb, v
 
 bool raft_host_is_leader(const raft_host *h, uint64_t group);
 /*
- * Makes this replica stand for election after a quarter of a heartbeat timeout rather
- * than a whole election timeout: for a group just created by a split, on the node that led the
+ * Makes this replica stand for election after a tenth of a heartbeat timeout (doubling at
+ * each new term while no leader is known, up to a heartbeat timeout) rather than a whole
+ * election timeout: for a group just created by a split, on the node that led the
  * parent, so that the new range has a leader in milliseconds instead of a second or two
  * of refused writes. The usual timeout returns once the group has a leader, or after one
  * election timeout. Nothing changes for a group that has a leader, is not a follower, or
  * is an unconfirmed replica. ERR_NOT_FOUND for a group not started here.
  */
 int raft_host_campaign_soon(raft_host *h, uint64_t group, strata_err *err);
+
+/*
+ * Sets one group's heartbeat timeout (1 ms up to below the election timeout). A follower
+ * learns that an entry committed only from the leader's next message, a heartbeat when
+ * the group is otherwise idle: a group whose commits other work waits to see (stratad's
+ * meta group: the cluster map) tells its followers sooner. ERR_NOT_FOUND for a group not
+ * started here, ERR_VALIDATION for a value out of range.
+ */
+int raft_host_set_heartbeat(raft_host *h, uint64_t group, unsigned heartbeat_ms,
+                            strata_err *err);
 /* The leader's node id as known here (this node if leader), 0 if unknown/no group. */
 uint64_t raft_host_leader(const raft_host *h, uint64_t group);
 /* ERR_NOT_FOUND for an unknown group. */

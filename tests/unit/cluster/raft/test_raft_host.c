@@ -2034,6 +2034,51 @@ static void test_campaign_soon(void **state)
     cluster_stop();
 }
 
+/* Rounds after the leader acknowledged a write until every follower knows it committed. */
+static int rounds_until_followers_commit(void)
+{
+    int l = cluster_write(1);
+    raft_host_group_stats st;
+    strata_err err;
+    assert_int_equal(raft_host_group_info(ch[l], 1, &st, &err), 0);
+    uint64_t commit = st.commit_index;
+    for (int r = 0; r < 100; r++) {
+        bool all = true;
+        for (int i = 1; i <= 3; i++) {
+            assert_int_equal(raft_host_group_info(ch[i], 1, &st, &err), 0);
+            all = all && st.commit_index >= commit;
+        }
+        if (all)
+            return r;
+        cluster_round();
+    }
+    fail();
+    return -1;
+}
+
+static void test_set_heartbeat(void **state)
+{
+    (void)state;
+    strata_err err;
+    cluster_start();
+    int l = cluster_write(1);
+    assert_int_equal(raft_host_set_heartbeat(ch[l], 99, 5, &err), -1);
+    assert_int_equal(err.code, ERR_NOT_FOUND);
+    assert_int_equal(raft_host_set_heartbeat(ch[l], 1, 0, &err), -1);
+    assert_int_equal(err.code, ERR_VALIDATION);
+    assert_int_equal(raft_host_set_heartbeat(ch[l], 1, 100, &err), -1); /* = election */
+    assert_int_equal(err.code, ERR_VALIDATION);
+    /* Rounds are 5 ms: with the 20 ms heartbeat the followers learn of the commit from the
+     * next heartbeat, a few rounds later; with 5 ms, at the next round or so. */
+    int slow = rounds_until_followers_commit();
+    assert_int_equal(raft_host_set_heartbeat(ch[l], 1, 5, &err), 0);
+    int fast = rounds_until_followers_commit();
+    print_message("rounds: %d at 20 ms, %d at 5 ms\n", slow, fast);
+    assert_true(fast < slow);
+    assert_true(fast <= 2);
+    cluster_stop();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -2060,6 +2105,7 @@ int main(void)
         cmocka_unit_test(test_transfer),
         cmocka_unit_test(test_timeout_now_waits_for_writes),
         cmocka_unit_test(test_campaign_soon),
+        cmocka_unit_test(test_set_heartbeat),
         cmocka_unit_test(test_pre_vote_learns_higher_term),
         cmocka_unit_test(test_codec_roundtrip),
         cmocka_unit_test(test_codec_rejects_malformed),
