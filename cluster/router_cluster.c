@@ -169,6 +169,11 @@ typedef struct lpart {
     uint64_t lead_term, lead_since, transfer_retry_at;
     unsigned transfer_failures;
     bool child;    /* created by a split: its log does not rebuild its state (compact_all) */
+    /* Counting the range's items again (stats_recount), a batch per loop turn: an
+     * iterator at the point it began, what it counted so far, and what the entries
+     * applied since then changed. */
+    lsm_iter *recount;
+    partition_stats recount_sum, recount_delta;
     split_state split;
     uint64_t split_index; /* the SPLIT entry being applied */
     split_cmd split_cmd;
@@ -348,6 +353,7 @@ struct rcluster {
     op *retry_head;
     size_t n_ops;
     uv_timer_t tick, kick, retry;
+    uv_idle_t recount; /* runs while a replica's stats are being counted again */
     bool kick_armed;
     bool closing;
     buf scratch;
@@ -478,8 +484,16 @@ static lpart *lpart_add(rcluster *c, uint64_t id, strata_err *err)
     return &c->parts[i];
 }
 
+static void recount_stop(lpart *lp)
+{
+    if (lp->recount != NULL)
+        lsm_iter_free(lp->recount);
+    lp->recount = NULL;
+}
+
 static void lpart_remove(rcluster *c, lpart *p)
 {
+    recount_stop(p);
     size_t i = (size_t)(p - c->parts);
     memmove(&c->parts[i], &c->parts[i + 1], (c->n_parts - i - 1) * sizeof *c->parts);
     c->n_parts--;
@@ -1466,6 +1480,8 @@ static int apply_partition(rcluster *c, uint64_t group, uint64_t index, const vo
         c->sm.result_stats(res.data, res.len, &d);
         lp->stats.item_count += d.item_count;
         lp->stats.size_bytes += d.size_bytes;
+        lp->recount_delta.item_count += d.item_count; /* (meaningless unless counting) */
+        lp->recount_delta.size_bytes += d.size_bytes;
         if (lp->stats.item_count < 0)
             lp->stats.item_count = 0;
         if (lp->stats.size_bytes < 0)
@@ -1649,11 +1665,66 @@ static split_range range_of(const partition_desc *d)
     return (split_range){.table_id = d->table_id, .hash_lo = d->hash_lo, .hash_hi = d->hash_hi};
 }
 
-/* Recounts a replica's items and bytes (at start, and after a copy replaced them). */
-static void count_partition(rcluster *c, lpart *lp)
+#define RECOUNT_BATCH 4096 /* items a loop turn counts, over all recounts */
+
+/*
+ * A replica's item count and size (DescribeTable's ItemCount and TableSizeBytes) are kept
+ * up to date by every apply, and counted again from the engine whenever the range or its
+ * data changed otherwise: at start, after a copy, at a split. Not in one go: a partition
+ * may hold gigabytes, and the loop serves every other partition meanwhile. lp->stats
+ * keeps its value (an estimate at a split) until the count is complete.
+ */
+static void recount_step(rcluster *c)
 {
-    if (router_count_partition(c->engine, &lp->desc, &lp->stats, NULL) < 0)
-        lp->stats = (partition_stats){0, 0};
+    size_t budget = RECOUNT_BATCH;
+    bool more = false;
+    for (size_t i = 0; i < c->n_parts; i++) {
+        lpart *lp = &c->parts[i];
+        lsm_iter *it = lp->recount;
+        if (it == NULL)
+            continue;
+        for (; budget > 0 && lsm_iter_valid(it); budget--, lsm_iter_next(it)) {
+            size_t vlen;
+            lsm_iter_value(it, &vlen);
+            lp->recount_sum.item_count++;
+            lp->recount_sum.size_bytes += (int64_t)vlen;
+        }
+        if (lsm_iter_valid(it)) {
+            more = true;
+            continue;
+        }
+        if (lsm_iter_status(it, NULL) == 0) {
+            partition_stats s = {lp->recount_sum.item_count + lp->recount_delta.item_count,
+                                 lp->recount_sum.size_bytes + lp->recount_delta.size_bytes};
+            lp->stats = (partition_stats){s.item_count > 0 ? s.item_count : 0,
+                                          s.size_bytes > 0 ? s.size_bytes : 0};
+        }
+        recount_stop(lp); /* a read error keeps the figures it had */
+    }
+    if (!more)
+        uv_idle_stop(&c->recount);
+}
+
+static void on_recount(uv_idle_t *h)
+{
+    recount_step(h->data);
+}
+
+/* Counts lp's range again from now on (see recount_step), from the start if a count was
+ * under way: the range or its data changed. */
+static void stats_recount(rcluster *c, lpart *lp)
+{
+    recount_stop(lp);
+    uint8_t lo[12], hi[12];
+    router_partition_bounds(&lp->desc, lo, hi);
+    lsm_iter_options o = {.lower = lo, .lower_len = 12, .upper = hi, .upper_len = 12};
+    lp->recount = lsm_iter_new(c->engine, &o, NULL);
+    if (lp->recount == NULL)
+        return; /* out of memory: the figures stay as they are */
+    lp->recount_sum = lp->recount_delta = (partition_stats){0, 0};
+    lsm_iter_first(lp->recount);
+    if (!c->closing)
+        uv_idle_start(&c->recount, on_recount);
 }
 
 static void install_free(rcluster *c, install *in)
@@ -1698,7 +1769,7 @@ static void on_install_flushed(void *arg, const strata_err *err)
     }
     if (lp != NULL) {
         lp->poisoned = false;
-        count_partition(c, lp);
+        stats_recount(c, lp);
     }
     fprintf(stderr,
             "stratad: partition %" PRIu64 " copied from node %" PRIu64 " up to entry %" PRIu64 "\n",
@@ -3638,7 +3709,7 @@ static void start_replica(rcluster *c, const meta_partition *mp, meta_role role)
                 "applies nothing until a copy completes\n",
                 mp->id);
     } else {
-        count_partition(c, lp);
+        stats_recount(c, lp);
     }
     if (start_replica_group(c, lp, mp, role, have ? &rg : NULL, &err) < 0) {
         fprintf(stderr, "stratad: cannot start partition %" PRIu64 ": %s\n", mp->id, err.msg);
@@ -3700,12 +3771,23 @@ static void split_write(rcluster *c, lpart *lp)
     lsm_flush(c->engine, on_split_flushed, f);
 }
 
+/* The part of a replica's figures in [from, hi] of its range `d`: keys hash evenly. */
+static partition_stats stats_share(partition_stats s, const partition_desc *d, uint64_t from)
+{
+    long double whole = (long double)(d->hash_hi - d->hash_lo) + 1;
+    long double part = (long double)(d->hash_hi - from) + 1;
+    return (partition_stats){(int64_t)((long double)s.item_count * part / whole),
+                             (int64_t)((long double)s.size_bytes * part / whole)};
+}
+
 /* SPLIT_READY: creates the child replica (unless it exists) with the carried members,
- * shrinks the parent, and lets the parent's log go on (the SPLIT entry then completes). */
+ * shrinks the parent, and lets the parent's log go on (the SPLIT entry then completes).
+ * Each half's figures start as its share of the parent's and are then counted again. */
 static void split_finish(rcluster *c, uint64_t pid)
 {
     lpart *lp = lpart_find(c, pid);
     split_cmd sc = lp->split_cmd;
+    partition_stats share = stats_share(lp->stats, &lp->desc, sc.split_hash);
     partition_desc child = lp->desc;
     child.id = sc.child_id;
     child.hash_lo = sc.split_hash;
@@ -3728,7 +3810,9 @@ static void split_finish(rcluster *c, uint64_t pid)
             lpart_remove(c, lpart_find(c, child.id));
             return;
         }
-        count_partition(c, lpart_find(c, child.id));
+        ch = lpart_find(c, child.id);
+        ch->stats = share;
+        stats_recount(c, ch);
         /* The parent's leader stands for election at once: until the child has a leader,
          * every write to its half of the range is refused and retried. */
         if (raft_host_is_leader(c->host, pid))
@@ -3737,7 +3821,9 @@ static void split_finish(rcluster *c, uint64_t pid)
     lp = lpart_find(c, pid); /* lpart_add may have moved it */
     lp->desc.hash_hi = sc.split_hash - 1;
     lp->split = SPLIT_NONE;
-    count_partition(c, lp);
+    lp->stats.item_count -= share.item_count;
+    lp->stats.size_bytes -= share.size_bytes;
+    stats_recount(c, lp);
     capacity_heat_reset(c->cap, pid); /* half the range: its heat is measured anew */
     fprintf(stderr,
             "stratad: partition %" PRIu64 " split at %016" PRIx64 " (entry %" PRIu64
@@ -4794,6 +4880,8 @@ rcluster *rcluster_open(const router_config *cfg, strata_err *err)
     uv_timer_init(c->loop, &c->tick);
     uv_timer_init(c->loop, &c->kick);
     uv_timer_init(c->loop, &c->retry);
+    uv_idle_init(c->loop, &c->recount);
+    c->recount.data = c;
     c->tick.data = c->kick.data = c->retry.data = c;
     int rc = c->data_dir && c->meta && c->cat && c->cap && c->heard && c->shares && c->demand &&
                      c->wants && c->sent && c->weights
@@ -4886,6 +4974,9 @@ void rcluster_close(rcluster *c)
     uv_close((uv_handle_t *)&c->tick, NULL);
     uv_close((uv_handle_t *)&c->kick, NULL);
     uv_close((uv_handle_t *)&c->retry, NULL);
+    uv_close((uv_handle_t *)&c->recount, NULL);
+    for (size_t i = 0; i < c->n_parts; i++)
+        recount_stop(&c->parts[i]); /* before the engine closes */
     while (c->sessions != NULL)
         session_free(c, c->sessions);
     if (c->engine != NULL) {
