@@ -153,9 +153,11 @@ static const uint8_t MOVED_RESULT[2] = {0xFF, 'M'};
 /* Where a SPLIT entry of a partition's log stands on this replica (apply_split). */
 typedef enum {
     SPLIT_NONE = 0,
-    SPLIT_WRITE, /* write the range records (range id = the parent, the entry's index) */
-    SPLIT_FLUSH, /* flushing: the parent must be durable up to the split first */
-    SPLIT_READY, /* durable: create the child, shrink the parent, resume the log */
+    SPLIT_WRITE,   /* write the range records (range id = the parent, the entry's index),
+                      shrink the parent and let its log go on */
+    SPLIT_FLUSH,   /* flushing: the records must be durable before the child starts */
+    SPLIT_REFLUSH, /* that flush failed: flush again */
+    SPLIT_READY,   /* durable: create the child */
 } split_state;
 
 typedef struct lpart {
@@ -177,6 +179,8 @@ typedef struct lpart {
     split_state split;
     uint64_t split_index; /* the SPLIT entry being applied */
     split_cmd split_cmd;
+    partition_desc split_child;     /* from SPLIT_FLUSH on: the child's range */
+    partition_stats split_share;    /* and its share of the parent's figures */
     uint64_t split_proposed; /* leader: when it last proposed a SPLIT (ms) */
     uint64_t auto_split_at;  /* leader: when it last asked for an automatic split (ms) */
     uint64_t hot_key_said;   /* leader: when it last reported a hot key that blocks one */
@@ -1389,11 +1393,13 @@ static void on_engine_writable(void *arg, const strata_err *err)
     kick(arg); /* resume from the loop: this may run inside lsm_write's caller */
 }
 
-/* A SPLIT entry: the replica first makes the parent durable up to it, then creates the
- * child and shrinks the parent (split_step, from the loop: the host's groups cannot be
- * started from inside apply). Until then the entry is refused (BUSY) and retried; once
- * the parent's range no longer holds the split hash, the entry is done (also when it is
- * replayed after a restart). A command that does not decode is ignored everywhere. */
+/* A SPLIT entry: the replica records both ranges and shrinks the parent, which goes on;
+ * once the records are durable it creates the child (splits_step, from the loop: the
+ * host's groups cannot be started from inside apply). Until the parent has shrunk the
+ * entry is refused (BUSY) and retried; once the parent's range no longer holds the split
+ * hash, the entry is done (also when it is replayed after a restart). A further SPLIT
+ * waits (BUSY) until the child of the one before exists. A command that does not decode
+ * is ignored everywhere. */
 static int apply_split(rcluster *c, lpart *lp, uint64_t index, const void *cmd, size_t len)
 {
     split_cmd sc;
@@ -1405,7 +1411,9 @@ static int apply_split(rcluster *c, lpart *lp, uint64_t index, const void *cmd, 
     }
     if (!split_hash_valid(lp->desc.hash_lo, lp->desc.hash_hi, sc.split_hash))
         return 0;
-    if (lp->split == SPLIT_NONE || lp->split_index != index) {
+    if (lp->split != SPLIT_NONE && lp->split_index != index)
+        return RAFT_HOST_APPLY_BUSY; /* split_finish resumes */
+    if (lp->split == SPLIT_NONE) {
         lp->split = SPLIT_WRITE;
         lp->split_index = index;
         lp->split_cmd = sc;
@@ -3505,13 +3513,19 @@ static void register_self(rcluster *c)
 
 static void delete_replica_data(rcluster *c, const partition_desc *d);
 
-/* A local replica of the same table, other than `id`, whose range meets [lo, hi]. */
+/* A local replica of the same table, other than `id`, whose range meets [lo, hi], or
+ * whose split is about to start `id`. */
 static bool local_overlap(const rcluster *c, uint64_t id, uint32_t table_id, uint64_t lo,
                           uint64_t hi)
 {
     for (size_t i = 0; i < c->n_parts; i++) {
-        const partition_desc *d = &c->parts[i].desc;
-        if (c->parts[i].id != id && d->table_id == table_id && d->hash_lo <= hi && lo <= d->hash_hi)
+        const lpart *lp = &c->parts[i];
+        const partition_desc *d = &lp->desc;
+        if (lp->id != id && d->table_id == table_id && d->hash_lo <= hi && lo <= d->hash_hi)
+            return true;
+        /* lp shrank for a split that makes `id`, which starts once the records are
+         * durable (split_write). */
+        if (lp->split > SPLIT_WRITE && lp->split_cmd.child_id == id)
             return true;
     }
     return false;
@@ -3727,17 +3741,39 @@ static void on_split_flushed(void *arg, const strata_err *err)
     if (lp != NULL && lp->split == SPLIT_FLUSH && lp->split_index == f->index) {
         bool ok = (err == NULL || err->code == ERR_NONE) &&
                   lsm_durable_index(c->engine, f->pid) >= f->index;
-        lp->split = ok ? SPLIT_READY : SPLIT_WRITE; /* a failed flush is tried again */
+        lp->split = ok ? SPLIT_READY : SPLIT_REFLUSH;
     }
     free(f);
     kick(c);
 }
 
-/* SPLIT_WRITE: the parent's new range record and the child's (range and the members it
- * bootstraps with), written under the parent's range id at the SPLIT's index, then a
- * flush: once it is durable, everything the parent applied before the split is too, so
- * a restart never replays a parent entry over the child's range. */
-static void split_write(rcluster *c, lpart *lp)
+static void split_flush_start(rcluster *c, lpart *lp)
+{
+    split_flush *f = malloc(sizeof *f);
+    if (f == NULL) {
+        lp->split = SPLIT_REFLUSH; /* the next reconcile tries again */
+        return;
+    }
+    *f = (split_flush){.c = c, .pid = lp->id, .index = lp->split_index};
+    lp->split = SPLIT_FLUSH;
+    lsm_flush(c->engine, on_split_flushed, f);
+}
+
+static partition_stats stats_share(partition_stats s, const partition_desc *d, uint64_t from);
+
+/*
+ * SPLIT_WRITE: the parent's new range record and the child's (range and the members it
+ * bootstraps with), written under the parent's range id at the SPLIT's index. The parent
+ * then serves the lower half and its log goes on at once; the child waits for a flush.
+ * Once that is durable, everything the parent applied before the split is too, so a
+ * restart never replays a parent entry over the child's range, and the child's log
+ * (which exists only from its start on) never outlives the records that start it. The
+ * engine's durable state is a prefix of its writes (memtables flush in order): a crash
+ * before the flush loses the records and the parent's later entries together, and the
+ * parent replays them, the SPLIT included. Meanwhile no replica of the child starts
+ * here from the map (local_overlap).
+ */
+static bool split_write(rcluster *c, lpart *lp)
 {
     const split_cmd *sc = &lp->split_cmd;
     split_range parent = range_of(&lp->desc);
@@ -3747,9 +3783,8 @@ static void split_write(rcluster *c, lpart *lp)
     child.n_members = sc->n_members;
     memcpy(child.members, sc->members, sc->n_members * sizeof *sc->members);
     lsm_batch *b = lsm_batch_new();
-    split_flush *f = malloc(sizeof *f);
     strata_err err;
-    int rc = b != NULL && f != NULL ? 0 : strata_err_set(&err, ERR_NOMEM, "out of memory");
+    int rc = b != NULL ? 0 : strata_err_set(&err, ERR_NOMEM, "out of memory");
     if (rc == 0)
         rc = range_put(b, lp->id, &parent, &err);
     if (rc == 0)
@@ -3758,17 +3793,30 @@ static void split_write(rcluster *c, lpart *lp)
         rc = lsm_write(c->engine, b, lp->id, lp->split_index, &err);
     lsm_batch_free(b);
     if (rc < 0) {
-        free(f);
         if (err.code == ERR_BUSY)
             lsm_on_writable(c->engine, on_engine_writable, c);
         else
             fprintf(stderr, "stratad: partition %" PRIu64 ": split records: %s (retrying)\n",
                     lp->id, err.msg);
-        return;
+        return false;
     }
-    *f = (split_flush){.c = c, .pid = lp->id, .index = lp->split_index};
-    lp->split = SPLIT_FLUSH;
-    lsm_flush(c->engine, on_split_flushed, f);
+    lp->split_child = lp->desc;
+    lp->split_child.id = sc->child_id;
+    lp->split_child.hash_lo = sc->split_hash;
+    lp->split_share = stats_share(lp->stats, &lp->desc, sc->split_hash);
+    lp->desc.hash_hi = sc->split_hash - 1;
+    lp->stats.item_count -= lp->split_share.item_count;
+    lp->stats.size_bytes -= lp->split_share.size_bytes;
+    stats_recount(c, lp);
+    capacity_heat_reset(c->cap, lp->id); /* half the range: its heat is measured anew */
+    fprintf(stderr,
+            "stratad: partition %" PRIu64 " split at %016" PRIx64 " (entry %" PRIu64
+            "): child %" PRIu64 "\n",
+            lp->id, sc->split_hash, lp->split_index, sc->child_id);
+    uint64_t pid = lp->id;
+    split_flush_start(c, lp);
+    raft_host_apply_resume(c->host, pid); /* the SPLIT entry completes: see apply_split */
+    return true;
 }
 
 /* The part of a replica's figures in [from, hi] of its range `d`: keys hash evenly. */
@@ -3781,16 +3829,14 @@ static partition_stats stats_share(partition_stats s, const partition_desc *d, u
 }
 
 /* SPLIT_READY: creates the child replica (unless it exists) with the carried members,
- * shrinks the parent, and lets the parent's log go on (the SPLIT entry then completes).
- * Each half's figures start as its share of the parent's and are then counted again. */
+ * its figures first its share of the parent's, and lets a later SPLIT entry of the
+ * parent, refused until now, go on. */
 static void split_finish(rcluster *c, uint64_t pid)
 {
     lpart *lp = lpart_find(c, pid);
     split_cmd sc = lp->split_cmd;
-    partition_stats share = stats_share(lp->stats, &lp->desc, sc.split_hash);
-    partition_desc child = lp->desc;
-    child.id = sc.child_id;
-    child.hash_lo = sc.split_hash;
+    partition_desc child = lp->split_child;
+    partition_stats share = lp->split_share;
     bool in_child = false;
     for (uint32_t k = 0; k < sc.n_members; k++)
         in_child = in_child || sc.members[k].node == c->self;
@@ -3819,16 +3865,7 @@ static void split_finish(rcluster *c, uint64_t pid)
             (void)raft_host_campaign_soon(c->host, child.id, &err);
     }
     lp = lpart_find(c, pid); /* lpart_add may have moved it */
-    lp->desc.hash_hi = sc.split_hash - 1;
     lp->split = SPLIT_NONE;
-    lp->stats.item_count -= share.item_count;
-    lp->stats.size_bytes -= share.size_bytes;
-    stats_recount(c, lp);
-    capacity_heat_reset(c->cap, pid); /* half the range: its heat is measured anew */
-    fprintf(stderr,
-            "stratad: partition %" PRIu64 " split at %016" PRIx64 " (entry %" PRIu64
-            "): child %" PRIu64 "\n",
-            pid, sc.split_hash, lp->split_index, child.id);
     raft_host_apply_resume(c->host, pid);
 }
 
@@ -3836,8 +3873,12 @@ static void splits_step(rcluster *c)
 {
     for (size_t i = 0; i < c->n_parts; i++) {
         lpart *lp = &c->parts[i];
-        if (lp->split == SPLIT_WRITE)
-            split_write(c, lp);
+        if (lp->split == SPLIT_WRITE && split_write(c, lp)) {
+            kick(c); /* its log went on: anything may have changed */
+            return;
+        }
+        if (lp->split == SPLIT_REFLUSH)
+            split_flush_start(c, lp);
         else if (lp->split == SPLIT_READY) {
             split_finish(c, lp->id);
             kick(c); /* c->parts may have moved: the next reconcile goes on */

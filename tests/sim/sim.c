@@ -65,15 +65,16 @@
  *            middle, or a key's hash so that key moves) and its configuration; sometimes its
  *            last proposal again (same child and hash: the second copy is a no-op); children
  *            split too, up to MAX_GROUPS groups. Applying the entry at index i (if the range
- *            still holds the hash, else it is a no-op) answers RAFT_HOST_APPLY_BUSY, then
- *            1-20 ms later (stratad: the range records' write and the flush) in one durable
- *            step: the parent's state up to i with its range shrunk to [lo, split-1], and, on
- *            a node the entry lists, the child's record (its members) and its state: the
- *            parent's state at i filtered to [split, hi]. The child group then starts with
- *            exactly the listed voters, and the parent resumes (the entry, applied again, is
- *            a no-op). A restart starts the child again from its record. A child's log is
+ *            still holds the hash, else it is a no-op) shrinks the range to [lo, split-1]
+ *            at once (stratad: the range records' write) and the parent goes on, not yet
+ *            durably; 1-20 ms later (the flush) in one durable step: the parent's state at i,
+ *            and, on a node the entry lists, the child's record (its members) and its state:
+ *            the parent's state at i filtered to [split, hi]. The child group then starts
+ *            with exactly the listed voters; a further SPLIT of the parent waits (BUSY) until
+ *            then. A crash before loses the split with the parent's later entries, which
+ *            replay. A restart starts the child again from its record. A child's log is
  *            compacted whole (raft_host_compact_all) once it applied past index 2 after a
- *            flush. The "map" (the first replica to complete a split records the ranges)
+ *            flush. The "map" (the first replica to apply a split records the ranges)
  *            gives a listed node that never applied the entry (its parent was copied past
  *            it, or removed and dropped by a move) the child, which it joins with the map's
  *            range once no local replica overlaps it, as stratad's start_replica does.
@@ -310,7 +311,8 @@ typedef struct {
     uint64_t lo, hi;        /* --splits: the hash range served as of `applied` */
     uint64_t busy_index;  /* the index refused with RAFT_HOST_APPLY_BUSY, until resumed */
     uint64_t retry_index; /* after the resume: the next apply must be this index */
-    uint64_t split_index; /* --splits: a SPLIT entry being made durable (busy until EV_SPLIT) */
+    uint64_t split_index; /* --splits: the SPLIT entry at this index shrank the range; its
+                             records are being made durable, the child waits (EV_SPLIT) */
     uint64_t split_gen;
     split_entry split;
 } fsm_group;
@@ -336,6 +338,11 @@ typedef struct {
      * the parent's state at the split: a restart starts the child again from it. */
     bool child[MAX_GROUPS];
     split_entry rec[MAX_GROUPS];
+    /* --splits, while fsm[g].split_index: the child's first state and the parent's state
+     * at the SPLIT (what the flush makes durable). */
+    fsm_group split_child[MAX_GROUPS];
+    fsm_group split_dur[MAX_GROUPS];
+    bool split_wait[MAX_GROUPS]; /* a later SPLIT was refused until the child exists */
 } node;
 
 /* --moves: one replica move at a time. Each step is read off the leader's configuration,
@@ -897,10 +904,13 @@ static bool split_decode(const uint8_t *b, size_t len, split_entry *e)
     return e->child > 0 && e->child < MAX_GROUPS;
 }
 
-/* A SPLIT entry: if the range still holds the split hash, the replica makes its records
- * durable first (EV_SPLIT, like stratad's range records and flush) and refuses the entry
- * until then; once the range has shrunk, the entry is a no-op (also when a restart or a
- * joined replica replays it). */
+static void filter_state(sim *s, fsm_group *f, uint64_t lo, uint64_t hi);
+
+/* A SPLIT entry: if the range still holds the split hash, the replica (stratad's
+ * split_write) writes the range records, shrinks the range and goes on at once; the
+ * child starts once the records are durable (EV_SPLIT: a flush). Its first state is the
+ * parent's at the entry. A further SPLIT waits (BUSY) until then. Once the range has
+ * shrunk, the entry is a no-op (also when a restart or a joined replica replays it). */
 static int apply_split(sim *s, node *nd, uint64_t group, uint64_t index, const uint8_t *cmd,
                        size_t len)
 {
@@ -915,7 +925,41 @@ static int apply_split(sim *s, node *nd, uint64_t group, uint64_t index, const u
         record_index(s, nd, group, index, SPLIT_MARK | e.child);
         return 0;
     }
-    f->busy_index = index;
+    if (f->split_index != 0) {
+        f->busy_index = index;
+        nd->split_wait[group] = true;
+        return RAFT_HOST_APPLY_BUSY;
+    }
+    /* The child starts from the parent's state at the split. The planted bug starts it
+     * from what the engine last made durable (no flush first). */
+    fsm_group *child = &nd->split_child[group];
+    fsm_copy(child, s->inject == INJECT_SPLIT_NO_FLUSH ? &nd->dur[group] : f);
+    filter_state(s, child, e.hash, f->hi);
+    free(child->wid);
+    child->wid = NULL;
+    child->cap = 0;
+    child->applied = 1; /* the child's own log: its configuration at index 1 */
+    grow_u64(&child->wid, &child->cap, 1);
+    int c = (int)e.child;
+    range_rec *m = &s->map[c];
+    if (!m->created) {
+        /* The first replica to apply it records it in the "map". */
+        *m = (range_rec){
+            .created = true, .child = true, .lo = e.hash, .hi = f->hi, .born_hi = f->hi};
+        if (s->map[group].hi >= e.hash) /* (a later split of g may have been recorded first) */
+            s->map[group].hi = e.hash - 1;
+        s->splits_done++;
+        for (int k = 0; k < e.n; k++)
+            s->owed[e.node[k]][c] = true;
+    } else if (m->lo != e.hash || m->born_hi != f->hi) {
+        fail(s,
+             "node %d group %" PRIu64 " index %" PRIu64 ": child %d gets [%016" PRIx64
+             ", %016" PRIx64 "], another replica made [%016" PRIx64 ", %016" PRIx64 "]",
+             nd->id, group, index, c, e.hash, f->hi, m->lo, m->born_hi);
+    }
+    filter_state(s, f, f->lo, e.hash - 1);
+    record_index(s, nd, group, index, SPLIT_MARK | e.child);
+    fsm_copy(&nd->split_dur[group], f);
     f->split_index = index;
     f->split = e;
     f->split_gen = ++s->split_seq;
@@ -926,7 +970,7 @@ static int apply_split(sim *s, node *nd, uint64_t group, uint64_t index, const u
                     .group = group,
                     .gen = nd->incarnation,
                     .a = f->split_gen});
-    return RAFT_HOST_APPLY_BUSY;
+    return 0;
 }
 
 static int fsm_apply(void *ctx, uint64_t group, uint64_t index, const void *cmd, size_t len,
@@ -1068,6 +1112,7 @@ static int fsm_install(void *ctx, uint64_t group, uint64_t index, uint64_t term,
     /* The engine's back-pressure state is moot: the snapshot supersedes the refused entry. */
     nd->fsm[group].busy_index = nd->fsm[group].retry_index = 0;
     nd->fsm[group].split_index = 0; /* the copy holds whatever a pending SPLIT would make */
+    nd->split_wait[group] = false;
     nd->installing[group] = true;
     if (from < 1 || from > (uint64_t)s->nnodes || from == (uint64_t)nd->id || chance(&s->rng, 50))
         return -1; /* cannot start (sometimes on purpose): the host retries */
@@ -1205,7 +1250,11 @@ static void flush(sim *s)
     for (int i = 1; i <= s->nnodes; i++) {
         node *nd = &s->nodes[i];
         for (int g = 0; nd->up && g < s->ngroups; g++) {
-            if (!chance(&s->rng, 500) || !nd->hosted[g])
+            /* Not while a SPLIT's records await their flush: that flush (EV_SPLIT) makes
+             * the parent durable at the split and then starts the child, as in stratad
+             * (where any flush would do; a restart then starts the child from its record,
+             * as after EV_SPLIT). */
+            if (!chance(&s->rng, 500) || !nd->hosted[g] || nd->fsm[g].split_index != 0)
                 continue;
             fsm_copy(&nd->dur[g], &nd->fsm[g]);
             raft_host_group_stats st;
@@ -1313,6 +1362,9 @@ static void fsm_reset(node *nd)
     for (int g = 0; g < MAX_GROUPS; g++) {
         fsm_copy(&nd->fsm[g], &nd->dur[g]);
         nd->installing[g] = false;
+        nd->split_wait[g] = false;
+        fsm_free(&nd->split_child[g]);
+        fsm_free(&nd->split_dur[g]);
     }
 }
 
@@ -1792,50 +1844,20 @@ static void filter_state(sim *s, fsm_group *f, uint64_t lo, uint64_t hi)
             f->kv_wid[k] = f->kv_idx[k] = f->kv_ver[k] = 0;
 }
 
-/* EV_SPLIT: the SPLIT entry at f->split_index is durable on nd (stratad: split_write's
- * range records and the flush, then split_finish). In one durable step the parent's
- * state up to the entry with its range shrunk, and (on a node the entry lists) the
- * child's record and state; then the child starts and the parent resumes. */
+/* EV_SPLIT: the SPLIT entry at f->split_index is durable on nd (stratad: the flush after
+ * split_write, then split_finish): the parent's state at the split, and (on a node the
+ * entry lists) the child's record and first state; then the child starts, and a later
+ * SPLIT of the parent refused meanwhile goes on. */
 static void split_finish(sim *s, node *nd, int g, uint64_t gen)
 {
     fsm_group *f = &nd->fsm[g];
-    if (f->split_index == 0 || f->split_gen != gen || f->busy_index != f->split_index)
+    if (f->split_index == 0 || f->split_gen != gen)
         return; /* superseded: a copy (install) or a restart came first */
     const split_entry e = f->split;
-    uint64_t i = f->split_index;
     int c = (int)e.child;
-    /* The child starts from the parent's state at the split. The planted bug starts it
-     * from what the engine last made durable (no flush first). */
-    fsm_group child = {0};
-    fsm_copy(&child, s->inject == INJECT_SPLIT_NO_FLUSH ? &nd->dur[g] : f);
-    filter_state(s, &child, e.hash, f->hi);
-    free(child.wid);
-    child.wid = NULL;
-    child.cap = 0;
-    child.applied = 1; /* the child's own log: its configuration at index 1 */
-    grow_u64(&child.wid, &child.cap, 1);
-    range_rec *m = &s->map[c];
-    if (!m->created) {
-        /* The first replica to complete it records it in the "map". */
-        *m = (range_rec){
-            .created = true, .child = true, .lo = e.hash, .hi = f->hi, .born_hi = f->hi};
-        if (s->map[g].hi >= e.hash) /* (a later split of g may have been recorded first) */
-            s->map[g].hi = e.hash - 1;
-        s->splits_done++;
-        for (int k = 0; k < e.n; k++)
-            s->owed[e.node[k]][c] = true;
-    } else if (m->lo != e.hash || m->born_hi != f->hi) {
-        fail(s,
-             "node %d group %d index %" PRIu64 ": child %d gets [%016" PRIx64 ", %016" PRIx64
-             "], another replica made [%016" PRIx64 ", %016" PRIx64 "]",
-             nd->id, g, i, c, e.hash, f->hi, m->lo, m->born_hi);
-    }
-    filter_state(s, f, f->lo, e.hash - 1);
-    if (s->inject != INJECT_SPLIT_NO_FLUSH) {
-        record_index(s, nd, (uint64_t)g, i, SPLIT_MARK | e.child); /* durable at i */
-        fsm_copy(&nd->dur[g], f);
-        f->applied = i - 1; /* live: the host applies the entry again on resume (a no-op) */
-    }
+    /* No flush of the group meanwhile (see flush): the durable state is still older. */
+    if (s->inject != INJECT_SPLIT_NO_FLUSH)
+        fsm_copy(&nd->dur[g], &nd->split_dur[g]);
     bool listed = false;
     for (int k = 0; k < e.n; k++)
         listed = listed || e.node[k] == nd->id;
@@ -1845,27 +1867,36 @@ static void split_finish(sim *s, node *nd, int g, uint64_t gen)
         nd->hosted[c] = true;
         nd->joined[c] = false;
         s->owed[nd->id][c] = false;
-        fsm_copy(&nd->fsm[c], &child);
-        fsm_copy(&nd->dur[c], &child);
+        fsm_copy(&nd->fsm[c], &nd->split_child[g]);
+        fsm_copy(&nd->dur[c], &nd->split_child[g]);
         strata_err err;
         if (start_child(nd, c, &err) != 0)
             fail(s, "node %d: child %d: start: %s", nd->id, c, err.msg);
     }
-    fsm_free(&child);
+    fsm_free(&nd->split_child[g]);
+    fsm_free(&nd->split_dur[g]);
     f->split_index = 0;
-    f->retry_index = f->busy_index;
-    f->busy_index = 0;
-    raft_host_apply_resume(nd->host, (uint64_t)g);
+    if (nd->split_wait[g]) {
+        nd->split_wait[g] = false;
+        f->retry_index = f->busy_index;
+        f->busy_index = 0;
+        raft_host_apply_resume(nd->host, (uint64_t)g);
+    }
 }
 
 /* True when a replica on nd other than group c serves part of c's range (as of its
  * applied state): a parent that has not applied the SPLIT yet creates the child itself. */
 static bool local_overlap(sim *s, node *nd, int c)
 {
-    for (int g = 0; g < s->ngroups; g++)
-        if (g != c && nd->hosted[g] && nd->fsm[g].lo <= s->map[c].hi &&
-            s->map[c].lo <= nd->fsm[g].hi)
+    for (int g = 0; g < s->ngroups; g++) {
+        if (g == c || !nd->hosted[g])
+            continue;
+        if (nd->fsm[g].lo <= s->map[c].hi && s->map[c].lo <= nd->fsm[g].hi)
             return true;
+        /* A SPLIT making c here (shrunk, its flush to come) will start it. */
+        if (nd->fsm[g].split_index != 0 && (int)nd->fsm[g].split.child == c)
+            return true;
+    }
     return false;
 }
 
@@ -1881,9 +1912,15 @@ static bool child_sealed(sim *s, int c)
     if (s->as_stratad || !s->map[c].child)
         return true;
     for (int i = 1; i <= s->nnodes; i++) {
-        const dgroup *d = &s->nodes[i].disk[c];
-        if (s->nodes[i].child[c] && (!d->has || d->snap_index < 2 || d->start <= 2))
+        const node *nd = &s->nodes[i];
+        const dgroup *d = &nd->disk[c];
+        if (nd->child[c] && (!d->has || d->snap_index < 2 || d->start <= 2))
             return false;
+        /* About to make the child (its records written, the flush to come): stratad's
+         * replica_feeds_whole reads the record. */
+        for (int g = 0; nd->up && g < s->ngroups; g++)
+            if (nd->hosted[g] && nd->fsm[g].split_index != 0 && (int)nd->fsm[g].split.child == c)
+                return false;
     }
     return true;
 }
@@ -2497,6 +2534,8 @@ static bool run_seed(uint64_t seed, int nodes_opt, bool verbose)
             free(nd->disk[g].meta);
             fsm_free(&nd->fsm[g]);
             fsm_free(&nd->dur[g]);
+            fsm_free(&nd->split_child[g]);
+            fsm_free(&nd->split_dur[g]);
         }
     }
     while (s->nheap > 0) {
