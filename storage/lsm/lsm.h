@@ -13,7 +13,9 @@
  * its manifest, per range_id, the highest log_index of that memtable's batches, and
  * lsm_durable_index() reports it after open, so recovery replays only the log tail above
  * it. Everything reported durable (lsm_durable_index, an lsm_flush callback) survives a
- * crash; nothing else is promised.
+ * crash; nothing else is promised, except the order: memtables flush one at a time,
+ * oldest first, so what survives a crash is always a prefix of the writes (a write that
+ * survives means every earlier write did too; the cluster's splits rely on it).
  *
  * Threading. One libuv loop thread owns the engine: every function here must be called on
  * that thread, and every callback runs on it. Flushes and compactions run on libuv worker
