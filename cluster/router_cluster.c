@@ -1069,11 +1069,29 @@ static bool range_matches(const partition_desc *d, uint64_t lo, uint64_t hi)
     return d->hash_lo == lo && d->hash_hi == hi;
 }
 
+/* Whether a replica serving `d` answers `req`, planned against [lo, hi]: a read of one
+ * partition key (GET, Query) wherever the replica owns the key (its answer does not
+ * depend on the rest of the range: the map may already show a split the replica has
+ * not applied yet, or the other way round); any other read (Scan) only if the replica
+ * serves exactly the planned range. */
+static bool read_fits(const partition_desc *d, const partition_read_req *req, uint64_t lo,
+                      uint64_t hi)
+{
+    const av *pk = req->kind == PARTITION_GET    ? av_map_get(req->key, req->ks.hash_name,
+                                                              req->ks.hash_name_len)
+                   : req->kind == PARTITION_QUERY ? req->hash_value
+                                                  : NULL;
+    if (pk == NULL)
+        return range_matches(d, lo, hi);
+    uint64_t h = key_hash(pk);
+    return h >= d->hash_lo && h <= d->hash_hi;
+}
+
 static void read_local(op *o, const lpart *lp)
 {
     partition_read_res res;
     strata_err err;
-    if (!range_matches(&lp->desc, o->exp_lo, o->exp_hi)) {
+    if (!read_fits(&lp->desc, o->req, o->exp_lo, o->exp_hi)) {
         op_retry(o, 0); /* this replica is before or after a split the map shows */
         return;
     }
@@ -1149,6 +1167,29 @@ static uint64_t pick_replica(rcluster *c, const meta_partition *mp, unsigned att
     return 0;
 }
 
+/*
+ * An eventually consistent read of a key the map has just given a split's child, while
+ * no local replica of the child can serve it (it may not exist yet: see
+ * split_parent_owning) and this node's replica of the parent still owns the key: that
+ * replica serves it, as it would have a moment before. Not once this router saw a write
+ * of the child (its reads must not go back before it).
+ */
+static bool read_via_parent(op *o, const meta_partition *mp, uint64_t min_index)
+{
+    rcluster *c = o->c;
+    if (min_index != 0 || local_replica_fresh(c, mp->id, 0))
+        return false;
+    const meta_partition *parent = split_parent_owning(c, mp, o->hash);
+    if (parent == NULL || !local_replica_fresh(c, parent->id, seen_get(c, parent->id)))
+        return false;
+    const lpart *lp = lpart_find(c, parent->id);
+    o->pid = parent->id;
+    o->exp_lo = lp->desc.hash_lo;
+    o->exp_hi = lp->desc.hash_hi;
+    read_local(o, lp);
+    return true;
+}
+
 static void read_attempt(op *o)
 {
     rcluster *c = o->c;
@@ -1172,8 +1213,10 @@ static void read_attempt(op *o)
     bool strong = o->req->consistent;
     uint64_t target;
     uint64_t min_index = seen_get(c, o->pid);
+    if (o->rekey && !strong && read_via_parent(o, mp, min_index))
+        return;
     if (!strong && local_replica_fresh(c, o->pid, min_index) &&
-        range_matches(&lpart_find(c, o->pid)->desc, o->exp_lo, o->exp_hi)) {
+        read_fits(&lpart_find(c, o->pid)->desc, o->req, o->exp_lo, o->exp_hi)) {
         read_local(o, lpart_find(c, o->pid));
         return;
     }
@@ -3127,7 +3170,7 @@ static void served_read_run(served_read *s)
     buf_init(&out, 0);
     if (lp == NULL) {
         respond_retry(s->resp, 0, "no replica here");
-    } else if (!range_matches(&lp->desc, s->exp_lo, s->exp_hi)) {
+    } else if (!read_fits(&lp->desc, &s->req, s->exp_lo, s->exp_hi)) {
         respond_retry(s->resp, 0, "the replica's range differs (split)");
     } else if (!read_matches_table(s->c, lp, &s->req)) {
         rpc_respond_error(s->resp, ERR_RESOURCE_NOT_FOUND, "Requested resource not found");
@@ -3747,6 +3790,12 @@ static void on_split_flushed(void *arg, const strata_err *err)
     kick(c);
 }
 
+static void ignore_outcome(void *data, const raft_host_outcome *out)
+{
+    (void)data;
+    (void)out;
+}
+
 static void split_flush_start(rcluster *c, lpart *lp)
 {
     split_flush *f = malloc(sizeof *f);
@@ -3816,6 +3865,11 @@ static bool split_write(rcluster *c, lpart *lp)
     uint64_t pid = lp->id;
     split_flush_start(c, lp);
     raft_host_apply_resume(c->host, pid); /* the SPLIT entry completes: see apply_split */
+    /* The other replicas learn that the SPLIT committed from the leader's next message,
+     * a heartbeat when no write comes (a read-only load splits too): send one now, a
+     * barrier entry, so that they make the child without waiting for it. */
+    if (raft_host_is_leader(c->host, pid))
+        (void)raft_host_read_barrier(c->host, pid, ignore_outcome, NULL, &err);
     return true;
 }
 
