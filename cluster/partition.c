@@ -105,18 +105,25 @@ static void key_schema_from_pb(const Strata__PartitionKeySchema *pb, partition_k
     }
 }
 
+/* Key attributes are strings, numbers or binaries; a command naming another type (only
+ * a corrupt or hostile one can) is refused before anything hashes or encodes the key. */
+static bool key_type_ok(av_type t)
+{
+    return t == AV_S || t == AV_N || t == AV_B;
+}
+
 /* The key values of an item or key map under schema `ks`; -1 if one is missing. */
 static int key_values(const partition_key_schema *ks, const av *m, const av **pk, const av **sk,
                       strata_err *err)
 {
     *pk = av_map_get(m, ks->hash_name, ks->hash_name_len);
     *sk = NULL;
-    if (*pk == NULL || (*pk)->type != ks->hash_type)
+    if (*pk == NULL || (*pk)->type != ks->hash_type || !key_type_ok(ks->hash_type))
         return strata_err_set(err, ERR_VALIDATION,
                               "The provided key element does not match the schema");
     if (ks->range_type) {
         *sk = av_map_get(m, ks->range_name, ks->range_name_len);
-        if (*sk == NULL || (*sk)->type != ks->range_type)
+        if (*sk == NULL || (*sk)->type != ks->range_type || !key_type_ok(ks->range_type))
             return strata_err_set(err, ERR_VALIDATION,
                                   "The provided key element does not match the schema");
     }
