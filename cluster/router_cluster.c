@@ -1087,11 +1087,19 @@ static bool read_fits(const partition_desc *d, const partition_read_req *req, ui
     return h >= d->hash_lo && h <= d->hash_hi;
 }
 
+/* read_fits for a read of this node's router, whose key hash (GET, Query) it knows. */
+static bool op_fits(const op *o, const partition_desc *d)
+{
+    if (o->rekey)
+        return o->hash >= d->hash_lo && o->hash <= d->hash_hi;
+    return range_matches(d, o->exp_lo, o->exp_hi);
+}
+
 static void read_local(op *o, const lpart *lp)
 {
     partition_read_res res;
     strata_err err;
-    if (!read_fits(&lp->desc, o->req, o->exp_lo, o->exp_hi)) {
+    if (!op_fits(o, &lp->desc)) {
         op_retry(o, 0); /* this replica is before or after a split the map shows */
         return;
     }
@@ -1216,7 +1224,7 @@ static void read_attempt(op *o)
     if (o->rekey && !strong && read_via_parent(o, mp, min_index))
         return;
     if (!strong && local_replica_fresh(c, o->pid, min_index) &&
-        read_fits(&lpart_find(c, o->pid)->desc, o->req, o->exp_lo, o->exp_hi)) {
+        op_fits(o, &lpart_find(c, o->pid)->desc)) {
         read_local(o, lpart_find(c, o->pid));
         return;
     }
