@@ -330,6 +330,12 @@ struct rcluster {
     uint32_t *drops; /* tables whose data this node must still delete */
     size_t n_drops, cap_drops;
     unsigned read_rr; /* round-robin over replicas for eventual reads */
+    /* Since start, shown by GET /admin/cluster ("router"): how often each path ran. */
+    struct {
+        uint64_t retries;          /* attempts rescheduled (no leader, stale map, no answer) */
+        uint64_t woken_by_leader;  /* of those, run early because a leader became known */
+        uint64_t reads_via_parent; /* eventual reads of a new child's key served by its parent */
+    } counters;
 
     op *live; /* every op alive */
     install *installs;
@@ -820,6 +826,7 @@ static void op_retry(op *o, uint64_t leader_hint)
     else if (leader_hint != 0)
         c->meta_leader_hint = leader_hint;
     o->attempt++;
+    c->counters.retries++;
     uint64_t now = now_ms(c);
     if (c->closing || now >= o->deadline) {
         op_fail_code(o, ERR_UNAVAILABLE,
@@ -852,6 +859,7 @@ static void on_group_leader(void *ctx, uint64_t group, uint64_t leader)
         if (waits && o->retry_at != 0) {
             o->retry_at = 0;
             woke = true;
+            c->counters.woken_by_leader++;
         }
     }
     if (woke)
@@ -1191,6 +1199,7 @@ static bool read_via_parent(op *o, const meta_partition *mp, uint64_t min_index)
     if (parent == NULL || !local_replica_fresh(c, parent->id, seen_get(c, parent->id)))
         return false;
     const lpart *lp = lpart_find(c, parent->id);
+    c->counters.reads_via_parent++;
     o->pid = parent->id;
     o->exp_lo = lp->desc.hash_lo;
     o->exp_hi = lp->desc.hash_hi;
@@ -4746,9 +4755,14 @@ void rcluster_status_json(rcluster *c, buf *out)
 {
     buf_printf(out,
                "{\"node_id\":%" PRIu64 ",\"ready\":%s,\"meta_voter\":%s,\"meta_leader\":%" PRIu64
-               ",\"meta_index\":%" PRIu64 ",\"nodes\":[",
+               ",\"meta_index\":%" PRIu64 ",",
                c->self, rcluster_ready(c) ? "true" : "false", c->voter ? "true" : "false",
                meta_leader(c), c->meta_index);
+    buf_printf(out,
+               "\"router\":{\"retries\":%" PRIu64 ",\"woken_by_leader\":%" PRIu64
+               ",\"reads_via_parent\":%" PRIu64 "},",
+               c->counters.retries, c->counters.woken_by_leader, c->counters.reads_via_parent);
+    buf_printf(out, "\"nodes\":[");
     for (size_t i = 0; i < meta_node_count(c->meta); i++) {
         const meta_node *n = meta_node_at(c->meta, i);
         buf_printf(out, "%s{\"id\":%" PRIu64 ",\"az\":", i ? "," : "", n->id);

@@ -4,7 +4,8 @@
 Usage: split.py STRATAD [STRATA]
  1. Three nodes (az1..az3) form a cluster; a table of 4 partitions gets 600 items.
  2. While writers run through every node, every partition is split (POST /admin/split):
-    clients see no error (boto3 with its standard retries), the map shows 8 partitions,
+    clients see no error (boto3 with its standard retries), an eventual read through a node
+    never misses a write that node acknowledged, the map shows 8 partitions,
     each with a leader, and every node serves the 8 ranges locally.
  3. Every acknowledged write reads back (strong and eventual reads, through different
     nodes); a Query of each key returns it once; a 4-segment Scan (small pages) returns
@@ -12,8 +13,11 @@ Usage: split.py STRATAD [STRATA]
  4. All nodes restart: the same checks hold.
  5. A child is split again under load (with `strata partition split` when STRATA is
     given): the same checks hold. DescribeTable's ItemCount counts every item throughout.
- 6. With no load, a partition is split: its child gets no write (its leader's no-op
-    lets it compact its log whole, at an index the engine applied); all nodes restart (a
+ 6. With no write load, a partition is split: its child gets no write (its leader's no-op
+    lets it compact its log whole, at an index the engine applied). Meanwhile a process per
+    node reads the keys of the child's half (eventually consistent, raw HTTP): every read
+    returns its item, and the nodes' parent replicas answered some of them while the child
+    had no fresh local replica (the routers' reads_via_parent counter). All nodes restart (a
     child compacted at a barrier's index could not: "the state machine is at 1 but the log
     starts at 3"): the same checks hold.
  7. Another idle split, and at once a fourth node (az1) joins: the scheduler moves
@@ -24,6 +28,7 @@ Usage: split.py STRATAD [STRATA]
 Every wait polls a condition with a deadline.
 """
 import json
+import multiprocessing
 import os
 import shutil
 import signal
@@ -35,6 +40,8 @@ import threading
 import time
 import urllib.error
 import urllib.request
+
+import http.client
 
 import boto3
 import botocore.config
@@ -189,17 +196,23 @@ def check_all(nodes, acked, what):
 
 
 class Load:
-    """Writers through every node, a strong reader and a strongly consistent scanner;
-    every error is recorded (there must be none): a read that misses a write
-    acknowledged before it started, a scan that misses one or returns an item twice."""
+    """Writers through every node, a strong reader, an eventually consistent reader per
+    node and a strongly consistent scanner; every error is recorded (there must be none):
+    a strong read that misses a write acknowledged before it started, an eventual read
+    through a node that misses a write that node acknowledged before (a router's reads
+    never go back behind its writes, splits or not), a scan that misses one or returns an
+    item twice."""
 
     def __init__(self, nodes, acked, tag):
         self.stop, self.errors, self.lock = False, [], threading.Lock()
         self.acked = acked
         self.clients = [client(n.url) for n in nodes]
-        self.reads = self.scans = 0
+        self.by_node = [[] for _ in nodes]  # (key, value) acknowledged through each node
+        self.reads = self.scans = self.eventual = 0
         self.ts = [threading.Thread(target=self.writer, args=(w, tag)) for w in range(4)]
         self.ts.append(threading.Thread(target=self.reader))
+        self.ts += [threading.Thread(target=self.eventual_reader, args=(n,))
+                    for n in range(len(nodes))]
         self.ts.append(threading.Thread(target=self.scanner))
         for t in self.ts:
             t.start()
@@ -217,6 +230,28 @@ class Load:
                     with self.lock:
                         self.errors.append("strong read of %s: %s" % (k, got.get("Item")))
                 self.reads += 1
+            except Exception as e:
+                with self.lock:
+                    self.errors.append(repr(e)[:300])
+
+    def eventual_reader(self, n):
+        c, i = client(self.clients[n].meta.endpoint_url), 0
+        while not self.stop:
+            with self.lock:
+                mine = self.by_node[n]
+                if not mine:
+                    time.sleep(0.01)  # polls: no write acknowledged through node n yet
+                    continue
+                # Mostly the newest writes: those a lagging replica would miss.
+                k, v = mine[-1 - (i * 7919) % min(len(mine), 50)]
+            i += 1
+            try:
+                got = c.get_item(TableName=TABLE, Key={"pk": {"S": k}})
+                if got.get("Item", {}).get("v", {}).get("S") != v:
+                    with self.lock:
+                        self.errors.append("eventual read of %s through node %d: %s"
+                                           % (k, n + 1, got.get("Item")))
+                self.eventual += 1
             except Exception as e:
                 with self.lock:
                     self.errors.append(repr(e)[:300])
@@ -249,6 +284,7 @@ class Load:
                     TableName=TABLE, Item={"pk": {"S": k}, "v": {"S": v}})
                 with self.lock:
                     self.acked[k] = v
+                    self.by_node[w % len(self.clients)].append((k, v))
             except Exception as e:
                 with self.lock:
                     self.errors.append(repr(e)[:300])
@@ -258,6 +294,95 @@ class Load:
         for t in self.ts:
             t.join()
         assert not self.errors, "client errors during splits: %s" % self.errors[:5]
+
+
+def child_reader(port, keys, stop, out):
+    """Process body of ChildReads: GetItems of `keys` (key -> value) through one node until
+    `stop` is set; puts (reads, retried, errors) on `out`."""
+    conn, i, reads, retried, errors = None, 0, 0, 0, []
+    headers = {"Content-Type": "application/x-amz-json-1.0",
+               "X-Amz-Target": "DynamoDB_20120810.GetItem",
+               "X-Amz-Date": "20261203T000000Z",
+               "Authorization": "AWS4-HMAC-SHA256 Credential=x/20261203/us-east-1/dynamodb"
+                                "/aws4_request, SignedHeaders=host;x-amz-date, Signature=00"}
+    order = sorted(keys)
+    while not stop.is_set() and len(errors) < 20:
+        k = order[i % len(order)]
+        i += 1
+        try:
+            conn = conn or http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            conn.request("POST", "/", json.dumps({"TableName": TABLE,
+                                                  "Key": {"pk": {"S": k}}}), headers)
+            r = conn.getresponse()
+            body = r.read()
+            if r.status in (500, 503):
+                retried += 1
+                continue
+            got = json.loads(body).get("Item", {}).get("v", {}).get("S")
+            if r.status != 200 or got != keys[k]:
+                errors.append("eventual read of %s through :%d: %d %s"
+                              % (k, port, r.status, body[:200]))
+            reads += 1
+        except (OSError, http.client.HTTPException, ValueError) as e:
+            errors.append("through :%d: %r" % (port, e))
+            conn.close()
+            conn = None
+    out.put((reads, retried, errors))
+
+
+class ChildReads:
+    """Eventually consistent GetItems through every node (one process each, raw keep-alive
+    HTTP: many more per second than boto3 threads) of the keys in the half of partition
+    `pid` that its next split gives to the child: the reads a node's replica of the parent
+    answers while the child has no fresh local replica yet. Each read must return the
+    acknowledged item; 500 and 503 are retried (as clients do); any other answer is an
+    error."""
+
+    def __init__(self, nodes, pid, acked):
+        p = [p for p in table_parts(nodes[0]) if p["id"] == pid][0]
+        lo, hi = int(p["hash_lo"], 16), int(p["hash_hi"], 16)
+        half = (hi - lo + 1) // 2
+        assert half & (half - 1) == 0, "partition %d: range %x-%x not a power of two" % (
+            pid, lo, hi)
+        self.split_hash = lo + half
+        # Scan segments cut the hash space into equal ranges: this one is the child's half.
+        keys = set()
+        kw = {"TableName": TABLE, "Segment": self.split_hash // half,
+              "TotalSegments": 2 ** 64 // half, "ConsistentRead": True}
+        c = client(nodes[0].url)
+        while True:
+            r = c.scan(**kw)
+            keys |= {it["pk"]["S"] for it in r["Items"]}
+            if "LastEvaluatedKey" not in r:
+                break
+            kw["ExclusiveStartKey"] = r["LastEvaluatedKey"]
+        self.keys = {k: acked[k] for k in keys}
+        assert len(self.keys) > 10, "only %d keys in the child half" % len(self.keys)
+        self.stop, self.out = multiprocessing.Event(), multiprocessing.Queue()
+        self.procs = [multiprocessing.Process(target=child_reader,
+                                              args=(n.cport, self.keys, self.stop, self.out))
+                      for n in nodes]
+        for pr in self.procs:
+            pr.start()
+
+    def end(self):
+        self.stop.set()
+        results = [self.out.get(timeout=60) for _ in self.procs]
+        for pr in self.procs:
+            pr.join()
+        self.reads = sum(r[0] for r in results)
+        self.retried = sum(r[1] for r in results)
+        errors = [e for r in results for e in r[2]]
+        assert not errors, "eventual reads of the child's keys: %s" % errors[:5]
+
+
+def router_counters(nodes):
+    """The routers' counters (GET /admin/cluster "router") summed over the nodes."""
+    total = {}
+    for n in nodes:
+        for k, v in ((n.admin() or {}).get("router") or {}).items():
+            total[k] = total.get(k, 0) + v
+    return total
 
 
 def split(node, pid):
@@ -301,9 +426,11 @@ def main():
         before = len(acked)
         poll(lambda: len(acked) > before + 100, "writes keep flowing after the splits")
         load.end()
+        counters = router_counters(nodes)
         log("split: 4 partitions -> 8 under load in %.1f s; %d writes acknowledged, %d strong "
-            "reads, %d consistent 4-segment scans during the run, 0 client errors"
-            % (split_s, len(acked), load.reads, load.scans))
+            "and %d eventual reads, %d consistent 4-segment scans during the run, 0 client "
+            "errors; routers: %s" % (split_s, len(acked), load.reads, load.eventual, load.scans,
+                                     counters))
         check_all(nodes, acked, "after the splits")
 
         for n in nodes:
@@ -339,8 +466,23 @@ def main():
                 if not p or p[0].get("local", {}).get("snapshot_index", 0) < 2:
                     return False
             return True
+        # Eventual reads of the keys the next split gives to its child, through every
+        # node, while the split happens (reads do not make it any less idle: no writes).
+        child_reads = ChildReads(nodes, parents[1], acked)
+        via_before = router_counters(nodes).get("reads_via_parent", 0)
         idle = split(nodes[2], parents[1])
         poll(lambda: settled(nodes, 10), "10 partitions led and served everywhere")
+        child_reads.end()
+        child = [p for p in table_parts(nodes[0]) if p["id"] == idle][0]
+        assert int(child["hash_lo"], 16) == child_reads.split_hash, (child,
+                                                                     child_reads.split_hash)
+        via = router_counters(nodes).get("reads_via_parent", 0) - via_before
+        # The path under test ran: parents answered reads of the new child's keys.
+        assert via > 0, "no eventual read of the child's keys went to a parent replica"
+        log("idle split of %d (-> %d): %d eventual reads of the %d keys of the child's half "
+            "through every node, all right (%d answers 5xx, retried); the parent's replica "
+            "answered %d of them" % (parents[1], idle, child_reads.reads, len(child_reads.keys),
+                                     child_reads.retried, via))
         poll(lambda: compacted_whole(idle), "idle child %d compacted whole everywhere" % idle)
         for n in nodes:
             n.stop()
