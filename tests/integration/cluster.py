@@ -8,7 +8,9 @@ labels h1..h3) on free ports in a temporary directory, then checks:
     and by eventually consistent reads on every node within a deadline;
  b) writers on every node (distinct keys, each write recorded as acknowledged or failed)
     while the leader of a partition is killed with SIGKILL: a new leader appears (the time
-    is measured), writes resume, clients only ever see retryable errors (HTTP 500/503, or
+    is measured), writes resume (those waiting for the partition's leader as soon as the
+    new one is known: the routers' woken_by_leader counter grows), clients only ever see
+    retryable errors (HTTP 500/503, or
     a refused connection to the killed node), and every acknowledged write reads back
     strongly with its value;
  c) the killed node restarts, its replicas catch up (applied_index reaches the leader's
@@ -375,6 +377,13 @@ def errors_text(load):
     return ", ".join("%s: %d" % kv for kv in sorted(load.errors.items()))
 
 
+def woken_by_leader(cl, exclude):
+    """The routers' woken_by_leader counters (GET /admin/cluster), summed over the live
+    nodes but `exclude`."""
+    return sum(((n.admin() or {}).get("router") or {}).get("woken_by_leader", 0)
+               for n in cl.live() if n.id != exclude)
+
+
 def part_b(cl, phase_writes):
     load = Load(cl)
     load.start()
@@ -386,6 +395,7 @@ def part_b(cl, phase_writes):
         victim = cl.leader_of(victim_part)
         check(victim is not None, "partition %d has a leader" % victim_part)
         acked_before = len(load.acked)
+        woken_before = woken_by_leader(cl, exclude=victim)
         t_kill = time.time()
         cl.node(victim).kill9()
         log("b) killed node %d (leader of partition %d) after %d acknowledged writes" %
@@ -400,6 +410,11 @@ def part_b(cl, phase_writes):
         # Writes must resume: every writer, whatever partition its keys hash to, goes on.
         poll(lambda: load.acks_since(t_new) >= phase_writes, 120,
              "%d writes acknowledged after the failover" % phase_writes)
+        # Writes that waited for the partition's leader ran as soon as it was known, not
+        # at the end of their backoff (the routers' woken_by_leader counter).
+        woken = woken_by_leader(cl, exclude=victim) - woken_before
+        check(woken > 0, "no write was woken by the new leader's election")
+        log("b) %d waiting attempts ran as soon as the new leader was known" % woken)
     finally:
         load.finish()
     log("b) writes acknowledged %d; client errors: %s" % (len(load.acked), errors_text(load)))
