@@ -1,11 +1,15 @@
 #include "storage/base/arena.h"
 
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define ARENA_ALIGN 16
 #define ARENA_CHUNK_MIN (16 * 1024)
+/* Freed chunks of the minimum size kept for the next arena, at most this many (256 KiB). */
+#define ARENA_SPARE_MAX 16
 
 struct arena_chunk {
     arena_chunk *next;
@@ -26,10 +30,52 @@ static size_t align_up(size_t n)
     return (n + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1);
 }
 
+/*
+ * Most arenas live for one request or one command and need one minimum-size chunk. Taking
+ * it from malloc and giving it back every time was a measurable share of a node's CPU
+ * (16 KiB is a large-bin request: glibc consolidates its fast bins for each), so freed
+ * minimum-size chunks wait here for the next arena. Any thread may use arenas: a mutex
+ * guards the list (uncontended, it costs far less than the malloc it saves).
+ */
+static pthread_mutex_t spare_lock = PTHREAD_MUTEX_INITIALIZER;
+static arena_chunk *spare_chunks;
+static int n_spare;
+
+static arena_chunk *take_spare(void)
+{
+    pthread_mutex_lock(&spare_lock);
+    arena_chunk *c = spare_chunks;
+    if (c != NULL) {
+        spare_chunks = c->next;
+        n_spare--;
+    }
+    pthread_mutex_unlock(&spare_lock);
+    return c;
+}
+
+static void release_chunk(arena_chunk *c)
+{
+    if (c->size == ARENA_CHUNK_MIN) {
+        pthread_mutex_lock(&spare_lock);
+        bool keep = n_spare < ARENA_SPARE_MAX;
+        if (keep) {
+            c->next = spare_chunks;
+            spare_chunks = c;
+            n_spare++;
+        }
+        pthread_mutex_unlock(&spare_lock);
+        if (keep)
+            return;
+    }
+    free(c);
+}
+
 static arena_chunk *new_chunk(size_t want)
 {
     size_t size = want > ARENA_CHUNK_MIN ? want : ARENA_CHUNK_MIN;
-    arena_chunk *c = malloc(sizeof *c + size);
+    arena_chunk *c = size == ARENA_CHUNK_MIN ? take_spare() : NULL;
+    if (c == NULL)
+        c = malloc(sizeof *c + size);
     if (c == NULL)
         return NULL;
     c->next = NULL;
@@ -127,7 +173,7 @@ void arena_reset(arena *a)
             keep->next = NULL;
             keep->used = 0;
         } else {
-            free(c);
+            release_chunk(c);
         }
         c = next;
     }
@@ -140,7 +186,7 @@ void arena_free(arena *a)
     arena_chunk *c = a->head;
     while (c != NULL) {
         arena_chunk *next = c->next;
-        free(c);
+        release_chunk(c);
         c = next;
     }
     a->head = NULL;

@@ -6,6 +6,9 @@
  * one. An arena has a byte limit, so a hostile request cannot grow it without bound:
  * past the limit, allocation returns NULL (callers report ERR_NOMEM or the DynamoDB
  * limit that applies).
+ *
+ * Arenas may be used on any thread (one arena by one thread at a time). Freed chunks of
+ * the minimum size (16 KiB) are kept, at most 16 of them process-wide, for the next arena.
  */
 #include <stddef.h>
 

@@ -1,4 +1,5 @@
 /* Unit tests for storage/base: errors, arena, bounded buffers and readers. */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -53,6 +54,62 @@ static void arena_aligns_and_respects_limit(void **state)
     assert_non_null(arena_alloc(&lim, 9000));     /* 39,248 of 40,000 */
     assert_null(arena_alloc(&lim, 1000));         /* over the limit */
     arena_free(&lim);
+}
+
+/* A freed arena's minimum-size chunk serves the next arena, empty; a big chunk does not
+ * stay around; arenas on many threads at once share the spare chunks safely. */
+static void arena_reuses_freed_chunks(void **state)
+{
+    (void)state;
+    arena a, b;
+    arena_init(&a, 0);
+    char *p = arena_alloc(&a, 100);
+    assert_non_null(p);
+    memset(p, 'x', 100);
+    arena_free(&a);
+    arena_init(&b, 0);
+    char *q = arena_alloc(&b, 100);
+    assert_ptr_equal(p, q); /* the same chunk, from its start */
+    assert_non_null(arena_alloc(&b, 15000)); /* still fits the 16 KiB chunk */
+    arena_free(&b);
+
+    arena big;
+    arena_init(&big, 0);
+    assert_non_null(arena_alloc(&big, 1 << 20));
+    arena_free(&big);
+    arena_init(&b, 0);
+    assert_ptr_equal(arena_alloc(&b, 100), p); /* the small spare, not the megabyte */
+    arena_free(&b);
+}
+
+static void *arena_churn(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 2000; i++) {
+        arena a;
+        arena_init(&a, 0);
+        for (int k = 0; k < 4; k++) {
+            unsigned char *p = arena_alloc(&a, 9000); /* two chunks per arena */
+            if (p == NULL)
+                return (void *)1;
+            memset(p, k, 9000);
+        }
+        arena_free(&a);
+    }
+    return NULL;
+}
+
+static void arena_spares_are_thread_safe(void **state)
+{
+    (void)state;
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, arena_churn, NULL), 0);
+    for (int i = 0; i < 4; i++) {
+        void *rc;
+        assert_int_equal(pthread_join(t[i], &rc), 0);
+        assert_null(rc);
+    }
 }
 
 static void buf_is_bounded_and_sticky(void **state)
@@ -126,6 +183,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(err_set_formats_and_returns_minus_one),
         cmocka_unit_test(arena_aligns_and_respects_limit),
+        cmocka_unit_test(arena_reuses_freed_chunks),
+        cmocka_unit_test(arena_spares_are_thread_safe),
         cmocka_unit_test(buf_is_bounded_and_sticky),
         cmocka_unit_test(varint_and_be_round_trip),
         cmocka_unit_test(reader_rejects_overlong_varint),
