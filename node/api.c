@@ -247,19 +247,12 @@ static void make_request_id(api_server *s, char out[53])
 static void send_answer(http_request *http, const char *request_id, int status, const char *body,
                         size_t len)
 {
-    /* Decimal by hand: snprintf here cost ~800 instructions on every answer. */
-    char crc[16];
-    char *p = crc + sizeof crc;
-    uint32_t v = http_crc32(body, len);
-    *--p = '\0';
-    do {
-        *--p = (char)('0' + v % 10);
-        v /= 10;
-    } while (v != 0);
+    char crc[U64_DECIMAL_MAX];
+    u64_decimal(http_crc32(body, len), crc);
     http_header h[3] = {
         {"Content-Type", CONTENT_TYPE},
         {"x-amzn-RequestId", request_id},
-        {"x-amz-crc32", p},
+        {"x-amz-crc32", crc},
     };
     http_respond(http, status, h, 3, body, len);
 }

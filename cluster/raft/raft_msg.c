@@ -8,6 +8,7 @@
 
 #include "cluster/raft/raft_host.h"
 #include "proto/raft.pb-c.h"
+#include "storage/base/buf.h"
 
 struct raft_msg_decoded {
     Strata__Raft__RaftMessage *pb;
@@ -162,16 +163,16 @@ int raft_msg_encode(uint64_t group, uint64_t from, const struct raft_message *m,
     }
 
     size_t len = strata__raft__raft_message__get_packed_size(&pb);
-    uint8_t *buf = malloc(len > 0 ? len : 1);
-    if (buf != NULL)
-        strata__raft__raft_message__pack(&pb, buf);
+    uint8_t *bytes = malloc(len > 0 ? len : 1);
+    if (bytes != NULL)
+        strata__raft__raft_message__pack(&pb, bytes);
     free(pe);
     free(pp);
     free(ps);
     free(psp);
-    if (buf == NULL)
+    if (bytes == NULL)
         return strata_err_set(err, ERR_NOMEM, "raft message encode");
-    *out = buf;
+    *out = bytes;
     *out_len = len;
     return 0;
 }
@@ -269,7 +270,8 @@ int raft_msg_decode(const void *bytes, size_t len, uint64_t *group, uint64_t *fr
         raft_msg_free(d);
         return bad(err, "sender id 0");
     }
-    snprintf(d->address, sizeof d->address, "%" PRIu64, pb->from_id);
+    /* Every message: snprintf cost more than the rest of the header's decoding. */
+    u64_decimal(pb->from_id, d->address);
     out->server_id = pb->from_id;
     out->server_address = d->address;
     unsigned char version = (unsigned char)(pb->version > 255 ? 255 : pb->version);

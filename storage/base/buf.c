@@ -199,3 +199,17 @@ uint64_t rd_varint(rd *r)
     r->failed = true;
     return 0;
 }
+
+size_t u64_decimal(uint64_t v, char out[U64_DECIMAL_MAX])
+{
+    char tmp[U64_DECIMAL_MAX];
+    size_t n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v != 0);
+    for (size_t i = 0; i < n; i++)
+        out[i] = tmp[n - 1 - i];
+    out[n] = '\0';
+    return n;
+}

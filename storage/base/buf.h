@@ -36,6 +36,10 @@ void buf_put_varint(buf *b, uint64_t v);
 void buf_printf(buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Takes the bytes: the caller frees the result with free(); the buffer is emptied. */
 uint8_t *buf_steal(buf *b, size_t *len);
+/* v in decimal, NUL-terminated, into out (U64_DECIMAL_MAX bytes); returns its length.
+ * For hot paths, where snprintf costs several hundred instructions. */
+#define U64_DECIMAL_MAX 21
+size_t u64_decimal(uint64_t v, char out[U64_DECIMAL_MAX]);
 
 typedef struct {
     const uint8_t *p;

@@ -3,7 +3,9 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <inttypes.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -131,6 +133,20 @@ static void buf_is_bounded_and_sticky(void **state)
     buf_free(&b);
 }
 
+static void u64_decimal_matches_printf(void **state)
+{
+    (void)state;
+    const uint64_t vals[] = {0, 7, 10, 99, 100, 4294967295u, 4294967296u, 1234567890123ull,
+                             UINT64_MAX / 10, UINT64_MAX - 1, UINT64_MAX};
+    for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
+        char got[U64_DECIMAL_MAX], want[32];
+        size_t n = u64_decimal(vals[i], got);
+        snprintf(want, sizeof want, "%" PRIu64, vals[i]);
+        assert_string_equal(got, want);
+        assert_int_equal(n, strlen(want));
+    }
+}
+
 static void varint_and_be_round_trip(void **state)
 {
     (void)state;
@@ -186,6 +202,7 @@ int main(void)
         cmocka_unit_test(arena_reuses_freed_chunks),
         cmocka_unit_test(arena_spares_are_thread_safe),
         cmocka_unit_test(buf_is_bounded_and_sticky),
+        cmocka_unit_test(u64_decimal_matches_printf),
         cmocka_unit_test(varint_and_be_round_trip),
         cmocka_unit_test(reader_rejects_overlong_varint),
     };
