@@ -9,6 +9,8 @@
  *   read   N/2 random point reads of existing keys (latency percentiles too)
  *   seek   10k range scans: seek to a random key, read the next 100
  *   scan   one full forward scan
+ *   rmw    N/2 read-modify-writes of random existing keys: a get, then a put of the key
+ *          (what a PutItem's apply does: it reads the old item first)
  * Each run repeats `runs` times; medians are printed, then the ratios engine/RocksDB.
  *
  * Usage: bench_lsm [keys (1000000)] [runs (3)] [cache MiB (64)] [dir (/tmp)]
@@ -32,7 +34,7 @@
 #define MiB     (1024u * 1024)
 
 typedef struct {
-    double fill, read, seek, scan; /* ops/s */
+    double fill, read, seek, scan, rmw; /* ops/s */
     double read_p50, read_p99;     /* microseconds */
     double rss_mib;
     double bound_mib; /* engine only: configured memory bound */
@@ -200,6 +202,35 @@ static void bench_strata(const char *dir, result *r)
         exit(1);
     }
     lsm_iter_free(it);
+
+    uint64_t nrmw = nkeys / 2;
+    b = lsm_batch_new();
+    buf_init(&val, 0);
+    t0 = now();
+    for (uint64_t i = 0; i < nrmw; i++) {
+        make_key(mix(i * 11 + 5) % nkeys, k);
+        if (lsm_get(db, NULL, k, KEY_LEN, &val, &err) != 1 || val.len != VAL_LEN) {
+            fprintf(stderr, "lsm_get: missing key\n");
+            exit(1);
+        }
+        val.data[0] ^= 1;
+        lsm_batch_clear(b);
+        lsm_batch_put(b, k, KEY_LEN, val.data, VAL_LEN, &err);
+        while (lsm_write(db, b, 1, nkeys + i + 1, &err) < 0) {
+            if (err.code != ERR_BUSY) {
+                fprintf(stderr, "lsm_write: %s\n", err.msg);
+                exit(1);
+            }
+            bool ok = false;
+            lsm_on_writable(db, done_cb, &ok);
+            run_until(&loop, &ok);
+        }
+        if ((i & 1023) == 0)
+            uv_run(&loop, UV_RUN_NOWAIT);
+    }
+    r->rmw = (double)nrmw / (now() - t0);
+    lsm_batch_free(b);
+    buf_free(&val);
     lsm_stats st;
     lsm_get_stats(db, &st);
     r->bound_mib = (double)(2 * o.memtable_bytes + o.block_cache_bytes + st.table_meta_bytes) / MiB;
@@ -297,6 +328,24 @@ static void bench_rocks(const char *dir, result *r)
         exit(1);
     }
     rocksdb_iter_destroy(it);
+
+    uint64_t nrmw = nkeys / 2;
+    t0 = now();
+    for (uint64_t i = 0; i < nrmw; i++) {
+        make_key(mix(i * 11 + 5) % nkeys, k);
+        size_t vl;
+        char *old = rocksdb_get(db, ro, k, KEY_LEN, &vl, &e);
+        check(e, "get");
+        if (old == NULL || vl != VAL_LEN) {
+            fprintf(stderr, "rocksdb_get: missing key\n");
+            exit(1);
+        }
+        old[0] ^= 1;
+        rocksdb_put(db, wo, k, KEY_LEN, old, VAL_LEN, &e);
+        check(e, "put");
+        rocksdb_free(old);
+    }
+    r->rmw = (double)nrmw / (now() - t0);
     rocksdb_readoptions_destroy(ro);
     rocksdb_flushoptions_destroy(fo);
     rocksdb_writeoptions_destroy(wo);
@@ -352,7 +401,7 @@ static double median(double *x, int n)
     return x[n / 2];
 }
 
-#define FIELDS 8
+#define FIELDS ((int)(sizeof(result) / sizeof(double))) /* every field is a double */
 static void medians(result *rs, int n, result *out)
 {
     double tmp[64];
@@ -379,10 +428,10 @@ int main(int argc, char **argv)
         s[i] = run_child(true, i);
         r[i] = run_child(false, i);
         fprintf(stderr,
-                "run %d: strata fill %.0f read %.0f seek %.0f scan %.0f | rocksdb fill "
-                "%.0f read %.0f seek %.0f scan %.0f\n",
-                i, s[i].fill, s[i].read, s[i].seek, s[i].scan, r[i].fill, r[i].read, r[i].seek,
-                r[i].scan);
+                "run %d: strata fill %.0f read %.0f seek %.0f scan %.0f rmw %.0f | rocksdb "
+                "fill %.0f read %.0f seek %.0f scan %.0f rmw %.0f\n",
+                i, s[i].fill, s[i].read, s[i].seek, s[i].scan, s[i].rmw, r[i].fill, r[i].read,
+                r[i].seek, r[i].scan, r[i].rmw);
     }
     medians(s, runs, &ms);
     medians(r, runs, &mr);
@@ -400,6 +449,7 @@ int main(int argc, char **argv)
            ms.seek / mr.seek);
     printf("%-22s %14.0f %14.0f %8.2f\n", "full scan (keys/s)", ms.scan, mr.scan,
            ms.scan / mr.scan);
+    printf("%-22s %14.0f %14.0f %8.2f\n", "get+put (ops/s)", ms.rmw, mr.rmw, ms.rmw / mr.rmw);
     printf("%-22s %14.1f %14.1f %8.2f\n", "peak RSS (MiB)", ms.rss_mib, mr.rss_mib,
            ms.rss_mib / mr.rss_mib);
     printf("%-22s %14.1f\n", "strata bound (MiB)", ms.bound_mib);

@@ -653,6 +653,18 @@ static void randomized_against_model(void **state)
             int i = (int)(rnd() % NKEYS);
             char k[16], k2[16];
             snprintf(k, sizeof k, "k%04d", i);
+            /* Reads before writes, as PutItem does: of the key written (the memtable
+             * inserts on the read's search path), of another key (a path that does not
+             * fit), or none. */
+            char got[64], other[16];
+            uint32_t g = rnd() % 10;
+            if (g < 5) {
+                assert_int_equal(get1(db, NULL, k, got, sizeof got), m.live[i] ? 1 : 0);
+            } else if (g < 7) {
+                int o = (int)(rnd() % NKEYS);
+                snprintf(other, sizeof other, "k%04d", o);
+                assert_int_equal(get1(db, NULL, other, got, sizeof got), m.live[o] ? 1 : 0);
+            }
             uint32_t r = rnd() % 100;
             lsm_batch *b = lsm_batch_new();
             strata_err err = {0};
