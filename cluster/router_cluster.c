@@ -105,6 +105,10 @@ enum {
 #define SNAP_SESSION_IDLE_MS 60000
 #define COMPACT_EVERY_MS     1000
 #define COMPACT_MIN_ENTRIES  1024       /* compact once the engine holds this many more entries */
+/* Log entries a loop turn compacts away, over all groups: dropping an entry frees its
+ * copy (about 1 us apiece on a large heap), and after the engine's first flush a node
+ * has hundreds of thousands to drop: at once, that stalled every group for 150-250 ms. */
+#define COMPACT_STEP_ENTRIES 1024
 #define COMPACT_MAX_LAG      (1u << 18) /* entries kept for a slow member before it must copy */
 #define DOWN_AFTER_MS        10000      /* unreachable from the meta leader this long: DOWN */
 #define REPLACE_AFTER_MS     300000
@@ -342,6 +346,8 @@ struct rcluster {
     session *sessions;
     join_check *join_checks;
     uint64_t last_compact;
+    uv_check_t compactor; /* runs while a compaction pass goes on (compact_step) */
+    size_t compact_next;  /* the pass's next replica, an index into parts */
     size_t memtable_bytes;
     uint64_t replace_after_ms;   /* replicas of a node DOWN this long are re-created */
     uint64_t split_size_bytes;   /* automatic splits (router_cluster_config); 0: never */
@@ -2217,7 +2223,49 @@ static void child_noop(rcluster *c, lpart *lp)
     lp->child_noop = true;
 }
 
-/* Periodic: compacts logs up to what the engine holds durably, ends idle sessions. */
+/*
+ * A compaction pass, COMPACT_STEP_ENTRIES log entries per loop turn: each replica's log is
+ * compacted up to what the engine holds durably (what its slow members still need kept),
+ * a longer way in several steps. A check handle runs it after each poll, so a pass never
+ * keeps the loop from sleeping; the tick's timer guarantees turns on an idle node. The
+ * parts may change between turns: a replica skipped or visited twice costs nothing.
+ */
+static void compact_step(uv_check_t *h)
+{
+    rcluster *c = h->data;
+    uint64_t budget = COMPACT_STEP_ENTRIES;
+    while (budget > 0 && c->compact_next < c->n_parts) {
+        lpart *lp = &c->parts[c->compact_next];
+        raft_host_group_stats st;
+        uint64_t upto = 0;
+        if (!lp->poisoned && raft_host_group_info(c->host, lp->id, &st, NULL) == 0 &&
+            !st.installing && !st.failed) {
+            upto = compact_point(c, lp->id, lsm_durable_index(c->engine, lp->id));
+            if (upto > st.applied_index || upto < st.snapshot_index + COMPACT_MIN_ENTRIES)
+                upto = 0;
+        }
+        if (upto != 0 && upto - st.snapshot_index > budget) {
+            /* Part of the way now; the same replica goes on at the next turn, unless this
+             * step made no progress (the host refused the point): then the next one. */
+            raft_host_group_stats after;
+            raft_host_compact(c->host, lp->id, st.snapshot_index + budget, NULL);
+            if (raft_host_group_info(c->host, lp->id, &after, NULL) == 0 &&
+                after.snapshot_index > st.snapshot_index)
+                return;
+            c->compact_next++;
+            return;
+        }
+        if (upto != 0) {
+            raft_host_compact(c->host, lp->id, upto, NULL);
+            budget -= upto - st.snapshot_index;
+        }
+        c->compact_next++;
+    }
+    if (c->compact_next >= c->n_parts)
+        uv_check_stop(h);
+}
+
+/* Periodic: starts a compaction pass (compact_step), ends idle sessions. */
 static void snapshots_tick(rcluster *c)
 {
     uint64_t now = now_ms(c);
@@ -2252,19 +2300,11 @@ static void snapshots_tick(rcluster *c)
             lsm_flush(c->engine, on_child_flushed, f);
         }
     }
-    if (now - c->last_compact < COMPACT_EVERY_MS)
+    if (now - c->last_compact < COMPACT_EVERY_MS || uv_is_active((uv_handle_t *)&c->compactor))
         return;
     c->last_compact = now;
-    for (size_t i = 0; i < c->n_parts; i++) {
-        lpart *lp = &c->parts[i];
-        raft_host_group_stats st;
-        if (lp->poisoned || raft_host_group_info(c->host, lp->id, &st, NULL) < 0 || st.installing ||
-            st.failed)
-            continue;
-        uint64_t upto = compact_point(c, lp->id, lsm_durable_index(c->engine, lp->id));
-        if (upto <= st.applied_index && upto >= st.snapshot_index + COMPACT_MIN_ENTRIES)
-            raft_host_compact(c->host, lp->id, upto, NULL);
-    }
+    c->compact_next = 0;
+    uv_check_start(&c->compactor, compact_step);
 }
 
 /* ------------------------------------------------------------------ replica moves */
@@ -4999,6 +5039,8 @@ rcluster *rcluster_open(const router_config *cfg, strata_err *err)
     uv_timer_init(c->loop, &c->retry);
     uv_idle_init(c->loop, &c->recount);
     c->recount.data = c;
+    uv_check_init(c->loop, &c->compactor);
+    c->compactor.data = c;
     c->tick.data = c->kick.data = c->retry.data = c;
     int rc = c->data_dir && c->meta && c->cat && c->cap && c->heard && c->shares && c->demand &&
                      c->wants && c->sent && c->weights
@@ -5092,6 +5134,7 @@ void rcluster_close(rcluster *c)
     uv_close((uv_handle_t *)&c->kick, NULL);
     uv_close((uv_handle_t *)&c->retry, NULL);
     uv_close((uv_handle_t *)&c->recount, NULL);
+    uv_close((uv_handle_t *)&c->compactor, NULL);
     for (size_t i = 0; i < c->n_parts; i++)
         recount_stop(&c->parts[i]); /* before the engine closes */
     while (c->sessions != NULL)
