@@ -111,6 +111,26 @@ static void run_until(uv_loop_t *loop, bool *flag)
         uv_run(loop, UV_RUN_ONCE);
 }
 
+/* Puts k -> v as log index `index`, waiting while the engine pushes back (ERR_BUSY). */
+static void put_waiting(uv_loop_t *loop, lsm *db, lsm_batch *b, const char *k, const char *v,
+                        uint64_t index)
+{
+    strata_err err;
+    lsm_batch_clear(b);
+    lsm_batch_put(b, k, KEY_LEN, v, VAL_LEN, &err);
+    while (lsm_write(db, b, 1, index, &err) < 0) {
+        if (err.code != ERR_BUSY) {
+            fprintf(stderr, "lsm_write: %s\n", err.msg);
+            exit(1);
+        }
+        bool ok = false;
+        lsm_on_writable(db, done_cb, &ok);
+        run_until(loop, &ok);
+    }
+    if ((index & 1023) == 0)
+        uv_run(loop, UV_RUN_NOWAIT); /* let finished jobs install */
+}
+
 static void bench_strata(const char *dir, result *r)
 {
     uv_loop_t loop;
@@ -133,19 +153,7 @@ static void bench_strata(const char *dir, result *r)
     for (uint64_t i = 0; i < nkeys; i++) {
         make_key(i, k);
         make_value(i, v);
-        lsm_batch_clear(b);
-        lsm_batch_put(b, k, KEY_LEN, v, VAL_LEN, &err);
-        while (lsm_write(db, b, 1, i + 1, &err) < 0) {
-            if (err.code != ERR_BUSY) {
-                fprintf(stderr, "lsm_write: %s\n", err.msg);
-                exit(1);
-            }
-            bool ok = false;
-            lsm_on_writable(db, done_cb, &ok);
-            run_until(&loop, &ok);
-        }
-        if ((i & 1023) == 0)
-            uv_run(&loop, UV_RUN_NOWAIT); /* let finished jobs install */
+        put_waiting(&loop, db, b, k, v, i + 1);
     }
     bool flushed = false;
     lsm_flush(db, done_cb, &flushed);
@@ -214,19 +222,7 @@ static void bench_strata(const char *dir, result *r)
             exit(1);
         }
         val.data[0] ^= 1;
-        lsm_batch_clear(b);
-        lsm_batch_put(b, k, KEY_LEN, val.data, VAL_LEN, &err);
-        while (lsm_write(db, b, 1, nkeys + i + 1, &err) < 0) {
-            if (err.code != ERR_BUSY) {
-                fprintf(stderr, "lsm_write: %s\n", err.msg);
-                exit(1);
-            }
-            bool ok = false;
-            lsm_on_writable(db, done_cb, &ok);
-            run_until(&loop, &ok);
-        }
-        if ((i & 1023) == 0)
-            uv_run(&loop, UV_RUN_NOWAIT);
+        put_waiting(&loop, db, b, k, (const char *)val.data, nkeys + i + 1);
     }
     r->rmw = (double)nrmw / (now() - t0);
     lsm_batch_free(b);
@@ -247,6 +243,20 @@ static void check(char *e, const char *what)
         fprintf(stderr, "rocksdb %s: %s\n", what, e);
         exit(1);
     }
+}
+
+/* The value of k, which must exist (VAL_LEN bytes); the caller frees it. */
+static char *rocks_get_existing(rocksdb_t *db, rocksdb_readoptions_t *ro, const char *k)
+{
+    char *e = NULL;
+    size_t vl;
+    char *val = rocksdb_get(db, ro, k, KEY_LEN, &vl, &e);
+    check(e, "get");
+    if (val == NULL || vl != VAL_LEN) {
+        fprintf(stderr, "rocksdb_get: missing key\n");
+        exit(1);
+    }
+    return val;
 }
 
 static void bench_rocks(const char *dir, result *r)
@@ -289,14 +299,7 @@ static void bench_rocks(const char *dir, result *r)
     for (uint64_t i = 0; i < nread; i++) {
         make_key(mix(i * 7 + 3) % nkeys, k);
         double s = now();
-        size_t vl;
-        char *val = rocksdb_get(db, ro, k, KEY_LEN, &vl, &e);
-        check(e, "get");
-        if (val == NULL || vl != VAL_LEN) {
-            fprintf(stderr, "rocksdb_get: missing key\n");
-            exit(1);
-        }
-        rocksdb_free(val);
+        rocksdb_free(rocks_get_existing(db, ro, k));
         lat[i] = (now() - s) * 1e6;
     }
     r->read = (double)nread / (now() - t0);
@@ -333,13 +336,7 @@ static void bench_rocks(const char *dir, result *r)
     t0 = now();
     for (uint64_t i = 0; i < nrmw; i++) {
         make_key(mix(i * 11 + 5) % nkeys, k);
-        size_t vl;
-        char *old = rocksdb_get(db, ro, k, KEY_LEN, &vl, &e);
-        check(e, "get");
-        if (old == NULL || vl != VAL_LEN) {
-            fprintf(stderr, "rocksdb_get: missing key\n");
-            exit(1);
-        }
+        char *old = rocks_get_existing(db, ro, k);
         old[0] ^= 1;
         rocksdb_put(db, wo, k, KEY_LEN, old, VAL_LEN, &e);
         check(e, "put");
