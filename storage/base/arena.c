@@ -6,6 +6,24 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Under AddressSanitizer a kept chunk is poisoned, so that a use of an arena's memory
+ * after arena_free is still reported although the chunk is not given back to malloc. */
+#if defined(__SANITIZE_ADDRESS__)
+#define ARENA_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define ARENA_ASAN 1
+#endif
+#endif
+#ifdef ARENA_ASAN
+#include <sanitizer/asan_interface.h>
+#define POISON(p, n)   ASAN_POISON_MEMORY_REGION((p), (n))
+#define UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
+#else
+#define POISON(p, n)   ((void)(p), (void)(n))
+#define UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
 #define ARENA_ALIGN 16
 #define ARENA_CHUNK_MIN (16 * 1024)
 /* Freed chunks of the minimum size kept for the next arena, at most this many (256 KiB). */
@@ -46,6 +64,7 @@ static arena_chunk *take_spare(void)
     pthread_mutex_lock(&spare_lock);
     arena_chunk *c = spare_chunks;
     if (c != NULL) {
+        UNPOISON(c, sizeof *c + ARENA_CHUNK_MIN);
         spare_chunks = c->next;
         n_spare--;
     }
@@ -62,6 +81,7 @@ static void release_chunk(arena_chunk *c)
             c->next = spare_chunks;
             spare_chunks = c;
             n_spare++;
+            POISON(c->data, ARENA_CHUNK_MIN); /* the header stays readable: the list */
         }
         pthread_mutex_unlock(&spare_lock);
         if (keep)
