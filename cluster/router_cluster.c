@@ -109,6 +109,9 @@ enum {
  * copy (about 1 us apiece on a large heap), and after the engine's first flush a node
  * has hundreds of thousands to drop: at once, that stalled every group for 150-250 ms. */
 #define COMPACT_STEP_ENTRIES 1024
+/* The loop's lag: how late a timer of this period fires (shown by GET /admin/cluster). */
+#define LAG_PROBE_MS         20
+#define LAG_SLOW_MS          50
 #define COMPACT_MAX_LAG      (1u << 18) /* entries kept for a slow member before it must copy */
 #define DOWN_AFTER_MS        10000      /* unreachable from the meta leader this long: DOWN */
 #define REPLACE_AFTER_MS     300000
@@ -369,6 +372,12 @@ struct rcluster {
     op *retry_head;
     size_t n_ops;
     uv_timer_t tick, kick, retry;
+    /* Loop lag since start: a timer every LAG_PROBE_MS, how late it fired. A turn that
+     * runs long delays every group and every request on the node. */
+    uv_timer_t lag_probe;
+    uint64_t lag_due_ns;  /* when the probe should fire next */
+    uint64_t lag_max_us;  /* the longest delay seen */
+    uint64_t lags_slow;   /* delays over LAG_SLOW_MS */
     uv_idle_t recount; /* runs while a replica's stats are being counted again */
     bool kick_armed;
     bool closing;
@@ -4280,6 +4289,20 @@ static void share_capacity(rcluster *c)
     }
 }
 
+static void on_lag_probe(uv_timer_t *t)
+{
+    rcluster *c = t->data;
+    uint64_t now = uv_hrtime();
+    if (now > c->lag_due_ns) {
+        uint64_t late_us = (now - c->lag_due_ns) / 1000;
+        if (late_us > c->lag_max_us)
+            c->lag_max_us = late_us;
+        if (late_us > LAG_SLOW_MS * 1000u)
+            c->lags_slow++;
+    }
+    c->lag_due_ns = now + LAG_PROBE_MS * 1000000ull;
+}
+
 static void on_tick(uv_timer_t *t)
 {
     rcluster *c = t->data;
@@ -4802,6 +4825,8 @@ void rcluster_status_json(rcluster *c, buf *out)
                "\"router\":{\"retries\":%" PRIu64 ",\"woken_by_leader\":%" PRIu64
                ",\"reads_via_parent\":%" PRIu64 "},",
                c->counters.retries, c->counters.woken_by_leader, c->counters.reads_via_parent);
+    buf_printf(out, "\"loop\":{\"lag_max_ms\":%.1f,\"lags_over_%dms\":%" PRIu64 "},",
+               (double)c->lag_max_us / 1000.0, LAG_SLOW_MS, c->lags_slow);
     buf_printf(out, "\"nodes\":[");
     for (size_t i = 0; i < meta_node_count(c->meta); i++) {
         const meta_node *n = meta_node_at(c->meta, i);
@@ -5041,6 +5066,8 @@ rcluster *rcluster_open(const router_config *cfg, strata_err *err)
     c->recount.data = c;
     uv_check_init(c->loop, &c->compactor);
     c->compactor.data = c;
+    uv_timer_init(c->loop, &c->lag_probe);
+    c->lag_probe.data = c;
     c->tick.data = c->kick.data = c->retry.data = c;
     int rc = c->data_dir && c->meta && c->cat && c->cap && c->heard && c->shares && c->demand &&
                      c->wants && c->sent && c->weights
@@ -5066,6 +5093,8 @@ rcluster *rcluster_open(const router_config *cfg, strata_err *err)
         return NULL;
     }
     uv_timer_start(&c->tick, on_tick, 0, TICK_MS);
+    c->lag_due_ns = uv_hrtime() + LAG_PROBE_MS * 1000000ull;
+    uv_timer_start(&c->lag_probe, on_lag_probe, LAG_PROBE_MS, LAG_PROBE_MS);
     return c;
 }
 
@@ -5135,6 +5164,7 @@ void rcluster_close(rcluster *c)
     uv_close((uv_handle_t *)&c->retry, NULL);
     uv_close((uv_handle_t *)&c->recount, NULL);
     uv_close((uv_handle_t *)&c->compactor, NULL);
+    uv_close((uv_handle_t *)&c->lag_probe, NULL);
     for (size_t i = 0; i < c->n_parts; i++)
         recount_stop(&c->parts[i]); /* before the engine closes */
     while (c->sessions != NULL)

@@ -28,7 +28,8 @@ labels h1..h3) on free ports in a temporary directory, then checks:
 Leader balance: after the table is created, after the killed node restarted (c) and after
 the whole cluster restarted (d), the partitions' leaders end within 1 of even over the three
 nodes (leaders follow the map's balanced leader hints once the replicas are caught up).
-Ends with a summary: writes acknowledged, errors by type, leader failover time.
+Ends with a summary: writes acknowledged, errors by type, leader failover time, the
+longest loop lag a node reports (GET /admin/cluster "loop").
 Every wait polls a condition with a deadline.
 """
 import json
@@ -600,10 +601,14 @@ def main():
         part_d(cl, load)
         part_e(cl)
         part_f(cl)
+        loops = {n.id: (n.admin() or {}).get("loop") for n in cl.live()}
+        check(all(v and "lag_max_ms" in v for v in loops.values()),
+              "every node reports its loop lag: %s" % loops)
         ok = True
         log("summary: writes acknowledged %d; client errors: %s; leader failover %.2f s; "
-            "restarted node caught up in %.2f s" %
-            (len(load.acked), errors_text(load), failover_s, catchup_s))
+            "restarted node caught up in %.2f s; longest loop lag since the restart (d) "
+            "%.1f ms" % (len(load.acked), errors_text(load), failover_s, catchup_s,
+                         max(v["lag_max_ms"] for v in loops.values())))
     except (Failure, botocore.exceptions.BotoCoreError,
             botocore.exceptions.ClientError) as e:
         log("FAIL: %s" % e)
