@@ -14,6 +14,8 @@
 #include <jansson.h>
 #include <xxhash.h>
 
+#include "storage/data/key.h"
+
 #define RECORD_VERSION 1
 #define RECORD_HEADER  10
 
@@ -471,7 +473,7 @@ static int parse_key_attr(const json_t *j, key_attr *k)
     int type;
     if (json_unpack((json_t *)j, "{s:s%, s:i}", "name", &name, &len, "type", &type) < 0)
         return -1;
-    if (len == 0 || len > ATTR_NAME_MAX || (type != AV_S && type != AV_N && type != AV_B))
+    if (len == 0 || len > ATTR_NAME_MAX || !key_type_ok(type))
         return -1;
     memcpy(k->name, name, len);
     k->name[len] = '\0';

@@ -105,13 +105,6 @@ static void key_schema_from_pb(const Strata__PartitionKeySchema *pb, partition_k
     }
 }
 
-/* Key attributes are strings, numbers or binaries; a command naming another type (only
- * a corrupt or hostile one can) is refused before anything hashes or encodes the key. */
-static bool key_type_ok(av_type t)
-{
-    return t == AV_S || t == AV_N || t == AV_B;
-}
-
 /* The key values of an item or key map under schema `ks`; -1 if one is missing. */
 static int key_values(const partition_key_schema *ks, const av *m, const av **pk, const av **sk,
                       strata_err *err)

@@ -16,6 +16,7 @@
 #include "cluster/partition.h"
 #include "partition.pb-c.h"
 #include "storage/data/codec.h"
+#include "storage/data/key.h"
 
 #define KEY_NAME_MAX 255u /* bytes of a key attribute name (DynamoDB's limit) */
 /* A key map: two names and both key values at their limits. */
@@ -35,11 +36,6 @@ static void pb_free(void *data, void *p)
 {
     (void)data;
     (void)p;
-}
-
-static bool key_type_ok(av_type t)
-{
-    return t == AV_S || t == AV_N || t == AV_B;
 }
 
 static bool sk_op_ok(partition_sk_op op)

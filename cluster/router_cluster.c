@@ -1104,7 +1104,7 @@ static bool read_fits(const partition_desc *d, const partition_read_req *req, ui
                                                               req->ks.hash_name_len)
                    : req->kind == PARTITION_QUERY ? req->hash_value
                                                   : NULL;
-    if (pk == NULL || (pk->type != AV_S && pk->type != AV_N && pk->type != AV_B))
+    if (pk == NULL || !key_type_ok(pk->type))
         return range_matches(d, lo, hi); /* (no key to hash: partition_read refuses it) */
     uint64_t h = key_hash(pk);
     return h >= d->hash_lo && h <= d->hash_hi;

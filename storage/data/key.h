@@ -28,6 +28,13 @@
 
 #define STORAGE_KEY_PREFIX_LEN 12 /* table_id + hash */
 
+/* Whether `t` may be a key attribute's type: S, N or B. Check it on untrusted input
+ * before key_encode_value or key_hash, which assert it. */
+static inline bool key_type_ok(av_type t)
+{
+    return t == AV_S || t == AV_N || t == AV_B;
+}
+
 /* Key value encoding of an S, N or B value (asserts on other types). */
 void key_encode_value(const av *v, buf *out);
 /* Decodes one key value of type `t` from the front of p[0..n); *used gets its length.
