@@ -109,10 +109,10 @@ enum {
  * copy (about 1 us apiece on a large heap), and after the engine's first flush a node
  * has hundreds of thousands to drop: at once, that stalled every group for 150-250 ms. */
 #define COMPACT_STEP_ENTRIES 1024
+#define COMPACT_MAX_LAG      (1u << 18) /* entries kept for a slow member before it must copy */
 /* The loop's lag: how late a timer of this period fires (shown by GET /admin/cluster). */
 #define LAG_PROBE_MS         20
 #define LAG_SLOW_MS          50
-#define COMPACT_MAX_LAG      (1u << 18) /* entries kept for a slow member before it must copy */
 #define DOWN_AFTER_MS        10000      /* unreachable from the meta leader this long: DOWN */
 #define REPLACE_AFTER_MS     300000
 /* Leadership follows the map's leader hints (see follow_map_leaders). */
@@ -2258,10 +2258,9 @@ static void compact_step(uv_check_t *h)
              * step made no progress (the host refused the point): then the next one. */
             raft_host_group_stats after;
             raft_host_compact(c->host, lp->id, st.snapshot_index + budget, NULL);
-            if (raft_host_group_info(c->host, lp->id, &after, NULL) == 0 &&
-                after.snapshot_index > st.snapshot_index)
-                return;
-            c->compact_next++;
+            if (raft_host_group_info(c->host, lp->id, &after, NULL) < 0 ||
+                after.snapshot_index <= st.snapshot_index)
+                c->compact_next++;
             return;
         }
         if (upto != 0) {
