@@ -10,9 +10,8 @@ labels h1..h3) on free ports in a temporary directory, then checks:
     while the leader of a partition is killed with SIGKILL: a new leader appears (the time
     is measured), writes resume (those waiting for the partition's leader as soon as the
     new one is known: the routers' woken_by_leader counter grows), clients only ever see
-    retryable errors (HTTP 500/503, or
-    a refused connection to the killed node), and every acknowledged write reads back
-    strongly with its value;
+    retryable errors (HTTP 500/503, or a refused connection to the killed node), and every
+    acknowledged write reads back strongly with its value;
  c) the killed node restarts, its replicas catch up (applied_index reaches the leader's
     commit_index), strong reads through it return every acknowledged write, and an
     eventually consistent read through it sees the last one;

@@ -27,6 +27,7 @@ Usage: split.py STRATAD [STRATA]
     joins only once every member did; the same checks hold on all four nodes.
 Every wait polls a condition with a deadline.
 """
+import http.client
 import json
 import multiprocessing
 import os
@@ -40,8 +41,6 @@ import threading
 import time
 import urllib.error
 import urllib.request
-
-import http.client
 
 import boto3
 import botocore.config

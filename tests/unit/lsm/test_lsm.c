@@ -653,9 +653,8 @@ static void randomized_against_model(void **state)
             int i = (int)(rnd() % NKEYS);
             char k[16], k2[16];
             snprintf(k, sizeof k, "k%04d", i);
-            /* Reads before writes, as PutItem does: of the key written (the memtable
-             * inserts on the read's search path), of another key (a path that does not
-             * fit), or none. */
+            /* Reads between writes, as PutItem's apply does (it reads its key first): of
+             * the key about to be written, of another key, or none. */
             char got[64], other[16];
             uint32_t g = rnd() % 10;
             if (g < 5) {
