@@ -51,7 +51,15 @@ typedef struct http_conn_shared {
     bool stopping;           /* responses built from now on say Connection: close */
     uint64_t requests_total; /* handed to the handler */
     uint64_t errors_total;   /* error responses produced by the core */
+    /* Finished requests kept for the next ones, with their header and response-head
+     * buffers: a request then costs no allocation of them. http_conn_shared_release
+     * frees them. */
+    struct http_request *spare;
+    unsigned nspare;
 } http_conn_shared;
+
+/* Frees the spare requests; call once every connection of `sh` is closed. */
+void http_conn_shared_release(http_conn_shared *sh);
 
 typedef enum {
     HTTP_PHASE_HEADER, /* waiting for (the rest of) a request line and headers */

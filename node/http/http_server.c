@@ -654,6 +654,7 @@ static int bound_port(int fd)
 static void free_server(uv_handle_t *h)
 {
     http_server *s = h->data;
+    http_conn_shared_release(&s->shared);
     free(s->readbuf);
     free(s);
 }
@@ -765,6 +766,7 @@ static void on_timer_closed(uv_handle_t *h)
         return;
     void (*done)(void *) = s->stop_done;
     void *data = s->stop_data;
+    http_conn_shared_release(&s->shared);
     free(s->readbuf);
     free(s);
     if (done != NULL)

@@ -189,6 +189,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         http_conn_close(&f.c);
     while (f.nheld > 0)
         answer_oldest(&f, 0); /* orphans: just freed */
+    http_conn_shared_release(&f.sh);
     if (f.sh.body_bytes != 0)
         abort(); /* body memory not given back to the budget */
     return 0;

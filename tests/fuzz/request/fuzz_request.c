@@ -214,6 +214,7 @@ static void teardown(void)
         return;
     g.ready = false;
     uv_close((uv_handle_t *)&g.deadline, NULL);
+    http_conn_shared_release(&g.sh);
     router_close(g.r);
     api_server_free(g.api);
     uv_run(&g.loop, UV_RUN_DEFAULT);
