@@ -6,7 +6,8 @@
 # Uses the shared wrk scripts in <repo>/../shared/bench (preload.py, ddb-put.lua,
 # ddb-get.lua). For every operation and connection count (1, 16, 64) it alternates
 # stratad and dynalite RUNS times (default 3) for DURATION each (default 10s), then
-# prints the median throughput and p50/p99 latency of each and the stratad/dynalite ratio.
+# prints the median throughput and p50/p99 latency of each and the stratad/dynalite ratio,
+# then the floors at 1 connection: GET / (health.lua, no work) and fdatasync alone.
 # Environment: KEYS (default 10000), VALSIZE (default 100), DYNALITE_DIR (where dynalite
 # is installed if missing; default $TMPDIR/strata-bench-dynalite, outside the repo),
 # CONSISTENT=1 for strongly consistent GetItem.
@@ -111,15 +112,18 @@ done
 echo "stratad $stratad_url vs dynalite $dynalite_url: $runs runs x $duration, KEYS=$KEYS VALSIZE=$VALSIZE"
 results="$tmp/results"
 : >"$results"
+here=$(cd "$(dirname "$0")" && pwd)
 cd "$shared" || exit 2
-for op in put get; do
-    for c in 1 16 64; do
+for op in put get health; do
+    conns="1 16 64"; script="$shared/ddb-$op.lua"
+    [ $op = health ] && conns=1 script="$here/health.lua"
+    for c in $conns; do
         t=2; [ $c = 1 ] && t=1
         for r in $(seq "$runs"); do
             # Alternate the two servers so that noise on the shared machine hits both.
             for target in stratad dynalite; do
                 url_var=${target}_url
-                line=$(wrk -t$t -c$c -d"$duration" --latency -s "ddb-$op.lua" "${!url_var}" | grep '^SUMMARY')
+                line=$(wrk -t$t -c$c -d"$duration" --latency -s "$script" "${!url_var}" | grep '^SUMMARY')
                 echo "$op c=$c run$r $target: $line"
                 echo "$op $c $target $line" >>"$results"
             done
@@ -129,11 +133,37 @@ done
 
 kill -0 "$stratad_pid" 2>/dev/null || { echo "$0: stratad died during the benchmark" >&2; exit 1; }
 
+# fdatasync alone on the disk of stratad's data dir: 4 KiB appends into a preallocated,
+# zero-filled file, as the log writes them. A PutItem at one connection waits for one.
+sync_us=$(/usr/bin/python3 - "$tmp/stratad-data" <<'PY'
+import os, statistics, sys, tempfile, time
+fd, path = tempfile.mkstemp(dir=sys.argv[1])
+try:
+    os.write(fd, bytes(8 << 20))
+    os.fsync(fd)
+    block, times = b"x" * 4096, []
+    for i in range(1000):
+        t = time.perf_counter()
+        os.pwrite(fd, block, i * 4096)
+        os.fdatasync(fd)
+        times.append(time.perf_counter() - t)
+    print("%.0f" % (statistics.median(times) * 1e6))
+finally:
+    os.close(fd)
+    os.unlink(path)
+PY
+)
+echo "sync $sync_us" >>"$results"
+
 echo
 /usr/bin/python3 - "$results" <<'PY'
 import re, statistics, sys
 rows = {}
+sync_us = None
 for line in open(sys.argv[1]):
+    if line.startswith("sync "):
+        sync_us = float(line.split()[1])
+        continue
     op, c, target, rest = line.split(" ", 3)
     m = dict(re.findall(r"(req/s|p50|p99)=([0-9.]+)", rest))
     err = re.search(r"=(\d+)/(\d+)/(\d+)/(\d+)/(\d+)", rest)
@@ -161,4 +191,26 @@ for op in ("put", "get"):
             {"put": "PutItem", "get": "GetItem"}[op], c,
             med(s, "rps"), med(s, "p50"), med(s, "p99"), s["err"],
             med(d, "rps"), med(d, "p50"), med(d, "p99"), d["err"], ratio, p99r))
+
+# What one connection allows at all: a request is one round trip, and a durable write
+# one fdatasync more. Goals above these floors cannot be met by any server on this box.
+h, g, p = rows.get(("health", 1, "stratad")), rows.get(("get", 1, "dynalite")), \
+    rows.get(("put", 1, "dynalite"))
+print()
+print("floors at 1 connection:")
+if h:
+    hd = rows.get(("health", 1, "dynalite"))
+    print("  GET / (answered with no work): stratad %.0f/s, dynalite %.0f/s" % (
+        statistics.median(h["rps"]), statistics.median(hd["rps"]) if hd else float("nan")))
+    if g:
+        print("  GetItem 3x dynalite needs %.0f/s" % (3 * statistics.median(g["rps"])))
+if sync_us:
+    print("  fdatasync alone: %.0f us median, at most %.0f durable writes/s one after another"
+          % (sync_us, 1e6 / sync_us))
+    if h:
+        rt_us = 1e6 / statistics.median(h["rps"])
+        print("  round trip + fdatasync: %.0f + %.0f us, at most %.0f PutItem/s" % (
+            rt_us, sync_us, 1e6 / (rt_us + sync_us)))
+    if p:
+        print("  PutItem 2x dynalite needs %.0f/s" % (2 * statistics.median(p["rps"])))
 PY
