@@ -4813,6 +4813,24 @@ static void json_str(buf *out, const char *s)
     buf_put_u8(out, '"');
 }
 
+/* The peer link to node `id` as this node's rpc layer counts it since start (nothing for
+ * this node itself): a send refused because the queue to that node was full is a Raft
+ * message lost until the next heartbeat retries it. */
+static void link_stats_json(rcluster *c, uint64_t id, buf *out)
+{
+    rpc_peer_stats st;
+    if (id == c->self || rpc_peer_stats_get(c->rpc, id, &st, NULL) != 0)
+        return;
+    buf_printf(out,
+               ",\"link\":{\"frames_sent\":%" PRIu64 ",\"writes\":%" PRIu64
+               ",\"frames_received\":%" PRIu64 ",\"queued_bytes\":%" PRIu64
+               ",\"busy_rejects\":%" PRIu64 ",\"connects\":%" PRIu64
+               ",\"connect_failures\":%" PRIu64 ",\"call_timeouts\":%" PRIu64
+               ",\"call_failures\":%" PRIu64 "}",
+               st.frames_sent, st.writes, st.frames_received, st.queued_bytes, st.busy_rejects,
+               st.connects, st.connect_failures, st.call_timeouts, st.call_failures);
+}
+
 void rcluster_status_json(rcluster *c, buf *out)
 {
     buf_printf(out,
@@ -4840,8 +4858,10 @@ void rcluster_status_json(rcluster *c, buf *out)
         size_t replicas = 0;
         for (size_t k = 0; k < meta_partition_count(c->meta); k++)
             replicas += meta_partition_has(meta_partition_at(c->meta, k), n->id, NULL);
-        buf_printf(out, ",\"connected\":%s,\"replicas\":%zu}",
+        buf_printf(out, ",\"connected\":%s,\"replicas\":%zu",
                    node_usable(c, n->id) ? "true" : "false", replicas);
+        link_stats_json(c, n->id, out);
+        buf_put_u8(out, '}');
     }
     buf_printf(out, "],\"partitions\":[");
     for (size_t i = 0; i < meta_partition_count(c->meta); i++) {

@@ -27,6 +27,8 @@ labels h1..h3) on free ports in a temporary directory, then checks:
 Leader balance: after the table is created, after the killed node restarted (c) and after
 the whole cluster restarted (d), the partitions' leaders end within 1 of even over the three
 nodes (leaders follow the map's balanced leader hints once the replicas are caught up).
+Peer links: every node reports its link to each other node (GET /admin/cluster "link"),
+with frames both ways; nodes 1 and 2 count node 3's lost connection (e) and the new one.
 Ends with a summary: writes acknowledged, errors by type, leader failover time, the
 longest loop lag a node reports (GET /admin/cluster "loop").
 Every wait polls a condition with a deadline.
@@ -552,6 +554,28 @@ def part_e(cl):
         "replicas' digests agree" % (written, copies, time.time() - t0))
 
 
+def check_links(cl):
+    """Every node reports its peer links (GET /admin/cluster, "link" on each other node):
+    traffic both ways on each, and on nodes 1 and 2, which stayed up since (d), the loss
+    of node 3's connection when it was killed in (e) and the connection made again."""
+    for n in cl.live():
+        view = {m["id"]: m for m in n.admin()["nodes"]}
+        check("link" not in view[n.id], "node %d reports no link to itself" % n.id)
+        for other in cl.live():
+            if other.id == n.id:
+                continue
+            link = view[other.id].get("link") or {}
+            check(link.get("frames_sent", 0) > 0 and link.get("frames_received", 0) > 0,
+                  "node %d's link to node %d carried frames both ways: %s" %
+                  (n.id, other.id, link))
+            if other.id == 3:
+                check(link["connect_failures"] >= 1 and link["connects"] >= 2,
+                      "node %d's link to node 3 counts the loss and the new connection: %s"
+                      % (n.id, link))
+    log("links: node 1 -> node 3: %s" %
+        next(m["link"] for m in cl.node(1).admin()["nodes"] if m["id"] == 3))
+
+
 def part_f(cl, rounds=4):
     clients = [client(n.url, True) for n in cl.nodes]
     errors, names = [], []
@@ -603,6 +627,7 @@ def main():
         loops = {n.id: (n.admin() or {}).get("loop") for n in cl.live()}
         check(all(v and "lag_max_ms" in v for v in loops.values()),
               "every node reports its loop lag: %s" % loops)
+        check_links(cl)
         ok = True
         log("summary: writes acknowledged %d; client errors: %s; leader failover %.2f s; "
             "restarted node caught up in %.2f s; longest loop lag since the restart (d) "
