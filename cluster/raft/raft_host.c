@@ -404,13 +404,37 @@ static void note_leader(group *g)
         ev->leader(ev->ctx, g->id, leader);
 }
 
+/*
+ * C-Raft 0.22 checks, at every timeout of a leader, that each follower sent it something
+ * since the previous check, and sends one that did not back to probe mode, where new
+ * entries wait for the next heartbeat. Under steady writes no heartbeat is due, so the
+ * check runs alone once per election timeout and sends nothing; when the group goes
+ * quiet just then, before the followers answer anything, the next heartbeat timeout finds
+ * no contact since and demotes both followers. The group's next write then waited up to
+ * a heartbeat timeout (100 ms; under a PutItem load 1 write in 100-300 took 60-100 ms).
+ * So a leader's timeout runs with a heartbeat timeout of 1 ms: every check also sends
+ * every follower a heartbeat, whose answer is the contact the next check looks for. It
+ * costs a heartbeat per follower per election timeout beyond those already due.
+ */
+static int step_raft(group *g, struct raft_event *ev, struct raft_update *up)
+{
+    unsigned heartbeat = g->raft.heartbeat_timeout;
+    bool leader_timeout = ev->type == RAFT_TIMEOUT && raft_state(&g->raft) == RAFT_LEADER;
+    if (leader_timeout)
+        raft_set_heartbeat_timeout(&g->raft, 1);
+    int rv = raft_step(&g->raft, ev, up);
+    if (leader_timeout)
+        raft_set_heartbeat_timeout(&g->raft, heartbeat);
+    return rv;
+}
+
 static int group_step(group *g, struct raft_event *ev)
 {
     struct raft_update up;
     if (g->failed)
         return -1;
     ev->time = now_ms(g->h);
-    int rv = raft_step(&g->raft, ev, &up);
+    int rv = step_raft(g, ev, &up);
     if (rv != 0) {
         char why[128];
         snprintf(why, sizeof why, "raft_step(%d): %s", (int)ev->type, raft_strerror(rv));

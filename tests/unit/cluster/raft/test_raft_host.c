@@ -2079,6 +2079,54 @@ static void test_set_heartbeat(void **state)
     cluster_stop();
 }
 
+/* Submits one command at node l, runs until it is acknowledged; returns the rounds. */
+static int write_rounds(int l)
+{
+    outcome_rec w = {0};
+    strata_err err;
+    assert_int_equal(raft_host_submit(ch[l], 1, "q", 1, record, &w, &err), 0);
+    int rounds = 0;
+    while (w.calls == 0 && rounds < 100) {
+        cluster_round();
+        rounds++;
+    }
+    assert_int_equal(w.calls, 1);
+    assert_int_equal(w.code, ERR_NONE);
+    return rounds;
+}
+
+/* C-Raft 0.22 checks at every timeout of a leader that each follower sent it something
+ * since the previous check, and sends a follower that did not back to probe mode, where
+ * new entries wait for the next heartbeat. Under steady writes no heartbeat is due, so
+ * the check runs alone once per election timeout; when the group then goes quiet before
+ * the followers answer anything, the next heartbeat timeout demoted both followers and
+ * the next write waited for a heartbeat. Here busy stretches (writes back to back, past
+ * an election timeout) end at every phase of the check, then a pause, then one write:
+ * each is acknowledged in the rounds a write takes, never after a heartbeat's wait. */
+static void test_quiet_leader_keeps_followers_streaming(void **state)
+{
+    (void)state;
+    cluster_start();
+    int l = cluster_write(1);
+    int worst = 0, probes = 0;
+    for (int busy = 20; busy < 40; busy++) {
+        for (int pause = 1; pause <= 6; pause++) {
+            for (int i = 0; i < busy; i++)
+                write_rounds(l);
+            for (int r = 0; r < pause; r++)
+                cluster_round();
+            int rounds = write_rounds(l);
+            worst = rounds > worst ? rounds : worst;
+            probes++;
+        }
+    }
+    assert_int_equal(cluster_leader(), l);
+    print_message("%d writes after a pause: %d rounds at worst\n", probes, worst);
+    /* Rounds are 5 ms and the heartbeat 20 ms: a write that waited for one takes 4+. */
+    assert_true(worst <= 2);
+    cluster_stop();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -2106,6 +2154,7 @@ int main(void)
         cmocka_unit_test(test_timeout_now_waits_for_writes),
         cmocka_unit_test(test_campaign_soon),
         cmocka_unit_test(test_set_heartbeat),
+        cmocka_unit_test(test_quiet_leader_keeps_followers_streaming),
         cmocka_unit_test(test_pre_vote_learns_higher_term),
         cmocka_unit_test(test_codec_roundtrip),
         cmocka_unit_test(test_codec_rejects_malformed),
