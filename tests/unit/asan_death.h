@@ -1,0 +1,34 @@
+/*
+ * Death tests for memory that is poisoned instead of freed (storage/base/poison.h): runs
+ * `fn` in a child process with stderr silenced, where AddressSanitizer must abort it.
+ * Only meaningful under ASan; callers skip() otherwise.
+ */
+#ifndef STRATA_TESTS_ASAN_DEATH_H
+#define STRATA_TESTS_ASAN_DEATH_H
+
+#include <fcntl.h>
+#include <stdbool.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* True when `fn(arg)` did not return normally: it died (ASan's report) or exited
+ * non-zero. `fn` may _exit(0) itself to say the test would prove nothing. */
+static inline bool dies_in_child(void (*fn)(void *arg), void *arg)
+{
+    pid_t pid = fork();
+    if (pid < 0)
+        return false;
+    if (pid == 0) {
+        int devnull = open("/dev/null", O_WRONLY);
+        if (devnull >= 0)
+            dup2(devnull, 2); /* the report is expected */
+        fn(arg);
+        _exit(0);
+    }
+    int status;
+    if (waitpid(pid, &status, 0) != pid)
+        return false;
+    return !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+#endif
