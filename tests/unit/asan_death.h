@@ -1,7 +1,8 @@
 /*
  * Death tests for memory that is poisoned instead of freed (storage/base/poison.h): runs
  * `fn` in a child process with stderr silenced, where AddressSanitizer must abort it.
- * Only meaningful under ASan; callers skip() otherwise.
+ * Only meaningful under ASan (STRATA_ASAN, from poison.h: gcc and clang both); callers
+ * skip() otherwise and define their child functions only under it.
  */
 #ifndef STRATA_TESTS_ASAN_DEATH_H
 #define STRATA_TESTS_ASAN_DEATH_H
@@ -10,6 +11,8 @@
 #include <stdbool.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include "storage/base/poison.h"
 
 /* True when `fn(arg)` did not return normally: it died (ASan's report) or exited
  * non-zero. `fn` may _exit(0) itself to say the test would prove nothing. */
