@@ -1,8 +1,9 @@
 /*
  * Death tests for memory that is poisoned instead of freed (storage/base/poison.h): runs
  * `fn` in a child process with stderr silenced, where AddressSanitizer must abort it.
- * Only meaningful under ASan (STRATA_ASAN, from poison.h: gcc and clang both); callers
- * skip() otherwise and define their child functions only under it.
+ * Only meaningful under ASan (STRATA_ASAN, from poison.h: gcc and clang both): callers
+ * define their child functions only under it and use EXPECT_ASAN_DEATH. Include it after
+ * cmocka.h.
  */
 #ifndef STRATA_TESTS_ASAN_DEATH_H
 #define STRATA_TESTS_ASAN_DEATH_H
@@ -33,5 +34,13 @@ static inline bool dies_in_child(void (*fn)(void *arg), void *arg)
         return false;
     return !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
+
+/* The body of a death test: `fn` (defined only under STRATA_ASAN) must die in a child;
+ * without ASan the test is skipped and `fn` is not named. */
+#ifdef STRATA_ASAN
+#define EXPECT_ASAN_DEATH(fn) assert_true(dies_in_child((fn), NULL))
+#else
+#define EXPECT_ASAN_DEATH(fn) skip()
+#endif
 
 #endif
