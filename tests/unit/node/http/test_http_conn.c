@@ -377,6 +377,50 @@ static void spare_requests_start_clean(void **state)
     assert_int_equal(f.sh.nspare, 0);
 }
 
+/* Requests handed to the handler, held unanswered (spare_requests_are_bounded). */
+typedef struct {
+    http_request *req[80];
+    int n;
+} held_all;
+
+static void hold_request(http_request *req, void *data)
+{
+    held_all *h = data;
+    assert_true(h->n < 80);
+    h->req[h->n++] = req;
+}
+
+/* A server keeps at most SPARE_REQUESTS_MAX (64) spares: 72 requests in flight over nine
+ * connections of one server, all answered, leave 64 kept and free the rest. */
+static void spare_requests_are_bounded(void **state)
+{
+    (void)state;
+    enum { CONNS = 9, EACH = 8 };
+    const char *req = "GET /n HTTP/1.1\r\n\r\n";
+    fake *f = calloc(CONNS, sizeof *f);
+    held_all h = {.n = 0};
+    assert_non_null(f);
+    for (int i = 0; i < CONNS; i++) {
+        fake_init(&f[i], EACH, true);
+        if (i > 0)
+            http_conn_init(&f[i].c, &f[0].sh); /* all connections of one server */
+    }
+    f[0].sh.handler = hold_request;
+    f[0].sh.handler_data = &h;
+    for (int i = 0; i < CONNS; i++)
+        for (int k = 0; k < EACH; k++)
+            http_conn_feed(&f[i].c, req, strlen(req));
+    assert_int_equal(h.n, CONNS * EACH);
+    assert_int_equal(f[0].sh.nspare, 0);
+    for (int i = 0; i < h.n; i++)
+        echo(h.req[i]);
+    assert_int_equal(f[0].sh.nspare, 64);
+    for (int i = CONNS - 1; i >= 0; i--)
+        fake_free(&f[i]);
+    assert_int_equal(f[0].sh.nspare, 0);
+    free(f);
+}
+
 /* Under AddressSanitizer a spare request's buffers are poisoned: a handler that reads its
  * request after answering it is still reported, although the memory was not given back. */
 #ifdef STRATA_ASAN
@@ -413,6 +457,7 @@ int main(void)
         cmocka_unit_test(close_response_ends_a_pipeline),
         cmocka_unit_test(body_budget_is_shared_by_connections),
         cmocka_unit_test(spare_requests_start_clean),
+        cmocka_unit_test(spare_requests_are_bounded),
         cmocka_unit_test(spare_request_use_after_respond_is_reported),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
