@@ -27,8 +27,9 @@
  * flush). When all are full and the flush is behind, or level 0 has l0_stop_files files,
  * lsm_write fails with ERR_BUSY and applies nothing (back-pressure); the caller retries
  * after lsm_on_writable's callback. Data blocks are cached in an LRU cache bounded by
- * block_cache_bytes. Total memory is about max_memtables * memtable_bytes +
- * block_cache_bytes + the index and bloom blocks of open table files (reported in stats).
+ * block_cache_bytes. Total memory is about max_memtables * (memtable_bytes + 1 MiB, the
+ * most a memtable's point-read index takes) + block_cache_bytes + the index and bloom
+ * blocks of open table files (reported in stats).
  *
  * Shape. Leveled compaction: level 0 holds flushed files (overlapping); levels 1..6 hold
  * non-overlapping files, each level ~10x the previous. One background job (a flush or a

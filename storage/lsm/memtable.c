@@ -3,15 +3,26 @@
  * writes it; once sealed it is immutable and a flush worker may read it concurrently with
  * loop-thread readers. Nodes are never freed one by one: the whole arena goes at once
  * when the last reference (the engine, an iterator, a flush job) is dropped.
+ *
+ * Point reads (mem_get) go through a hash index from user key to its newest node, when
+ * it has the key: a skiplist search of a full 64 MiB memtable misses the cache a dozen
+ * times, and every PutItem's apply reads its item first. The index is bounded
+ * (INDEX_SLOTS_MAX), so growing it never stalls the loop for long: once full it stops
+ * taking new keys but keeps the keys it has current, and a key it lacks is searched for.
  */
 #include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <xxhash.h>
+
 #include "storage/lsm/lsm_int.h"
 
 #define MAX_HEIGHT  12
 #define CHUNK_BYTES (1u << 20)
+/* 64 Ki slots of 16 bytes (1 MiB), at most half used: rehashing 32 Ki keys is quick. */
+#define INDEX_SLOTS_MIN 256
+#define INDEX_SLOTS_MAX (1u << 16)
 
 typedef struct mem_node mem_node;
 struct mem_node {
@@ -19,6 +30,11 @@ struct mem_node {
     uint32_t vlen;
     mem_node *next[]; /* height entries, then key bytes, then value bytes */
 };
+
+typedef struct {
+    uint64_t hash;  /* of the user key */
+    mem_node *node; /* newest node of that key; NULL: empty slot */
+} index_slot;
 
 typedef struct chunk {
     struct chunk *next;
@@ -40,7 +56,10 @@ struct memtable {
     rtomb *tombs;
     int ntombs, tomb_cap;
     u64map *log_indexes;
-    u64map *forgets; /* ranges whose log index was forgotten in this memtable (value 1) */
+    u64map *forgets;   /* ranges whose log index was forgotten in this memtable (value 1) */
+    index_slot *index; /* see the top of the file */
+    size_t index_cap, index_used;
+    bool index_complete; /* it holds every key of the memtable: a key it lacks is absent */
 };
 
 static void *mem_alloc(memtable *m, size_t n)
@@ -95,6 +114,88 @@ static const uint8_t *nval(const mem_node *x)
     return nkey(x) + node_klen(x);
 }
 
+static uint64_t node_trailer(const mem_node *x)
+{
+    return trailer_get(nkey(x), node_klen(x));
+}
+
+/* The slot of user key k (hash h): the one holding it, or the empty one where it would
+ * go. The index is never more than half full, so there is always an empty slot. */
+static index_slot *index_find(const memtable *m, uint64_t h, const uint8_t *k, size_t n)
+{
+    size_t mask = m->index_cap - 1;
+    for (size_t i = (size_t)h & mask;; i = (i + 1) & mask) {
+        index_slot *slot = &m->index[i];
+        if (slot->node == NULL)
+            return slot;
+        if (slot->hash == h &&
+            ukey_cmp(nkey(slot->node), node_klen(slot->node) - TRAILER_SIZE, k, n) == 0)
+            return slot;
+    }
+}
+
+/* Room for one more key: false when the index is at its bound or memory is short. */
+static bool index_reserve(memtable *m)
+{
+    if ((m->index_used + 1) * 2 <= m->index_cap)
+        return true;
+    size_t cap = m->index_cap ? m->index_cap * 2 : INDEX_SLOTS_MIN;
+    if (cap > INDEX_SLOTS_MAX)
+        return false;
+    index_slot *grown = calloc(cap, sizeof *grown);
+    if (grown == NULL)
+        return false;
+    for (size_t i = 0; i < m->index_cap; i++) {
+        if (m->index[i].node == NULL)
+            continue;
+        size_t j = (size_t)m->index[i].hash & (cap - 1);
+        while (grown[j].node != NULL)
+            j = (j + 1) & (cap - 1);
+        grown[j] = m->index[i];
+    }
+    m->reserved += (cap - m->index_cap) * sizeof *grown;
+    free(m->index);
+    m->index = grown;
+    m->index_cap = cap;
+    return true;
+}
+
+/* Node x (user key k) was added: it becomes its key's entry if it sorts before the one
+ * there (higher sequence), or the key's first entry if the index has room. */
+static void index_add(memtable *m, mem_node *x, const uint8_t *k, size_t n)
+{
+    uint64_t h = XXH3_64bits(k, n);
+    index_slot *slot = m->index_cap ? index_find(m, h, k, n) : NULL;
+    if (slot != NULL && slot->node != NULL) {
+        if (node_trailer(x) > node_trailer(slot->node))
+            slot->node = x;
+        return;
+    }
+    if (!index_reserve(m)) {
+        m->index_complete = false;
+        return;
+    }
+    slot = index_find(m, h, k, n); /* again: reserving may have moved the slots */
+    *slot = (index_slot){h, x};
+    m->index_used++;
+}
+
+/* mem_get through the index: 1 found (*found set), 0 absent, -1 the index cannot tell
+ * (the key is not in it but may be in the memtable, or its newest entry is above snap). */
+static int index_get(const memtable *m, const uint8_t *k, size_t n, uint64_t snap,
+                     const mem_node **found)
+{
+    const index_slot *slot = NULL;
+    if (m->index_cap > 0)
+        slot = index_find(m, XXH3_64bits(k, n), k, n);
+    if (slot == NULL || slot->node == NULL)
+        return m->index_complete ? 0 : -1;
+    if ((node_trailer(slot->node) >> 8) > snap)
+        return -1;
+    *found = slot->node;
+    return 1;
+}
+
 memtable *mem_new(size_t chunk_bytes)
 {
     memtable *m = calloc(1, sizeof *m);
@@ -115,6 +216,7 @@ memtable *mem_new(size_t chunk_bytes)
     }
     memset(m->head, 0, sizeof(mem_node) + MAX_HEIGHT * sizeof(mem_node *));
     m->head->klen = (uint32_t)MAX_HEIGHT << HEIGHT_SHIFT;
+    m->index_complete = true;
     return m;
 }
 
@@ -136,6 +238,7 @@ void mem_unref(memtable *m)
     free(m->tombs);
     u64map_free(m->log_indexes);
     u64map_free(m->forgets);
+    free(m->index);
     free(m);
 }
 
@@ -229,6 +332,7 @@ bool mem_add(memtable *m, uint64_t seq, int type, const void *key, size_t klen, 
         x->next[i] = prev[i]->next[i];
         prev[i]->next[i] = x;
     }
+    index_add(m, x, k, klen);
     m->count++;
     return true;
 }
@@ -257,13 +361,14 @@ bool mem_add_rtomb(memtable *m, uint64_t seq, const void *s, size_t sn, const vo
     return true;
 }
 
-int mem_get(memtable *m, const void *ukey, size_t n, uint64_t snap, uint64_t *seq_out,
-            int *type_out, const uint8_t **val, size_t *vlen)
+/* The skiplist search of mem_get: the newest node of ukey with seq <= snap, NULL if none,
+ * the head if out of memory. */
+static const mem_node *search_visible(memtable *m, const void *ukey, size_t n, uint64_t snap)
 {
     uint8_t stackbuf[256];
     uint8_t *k = n + TRAILER_SIZE <= sizeof stackbuf ? stackbuf : malloc(n + TRAILER_SIZE);
     if (k == NULL)
-        return -1;
+        return m->head;
     if (n)
         memcpy(k, ukey, n);
     trailer_put(k + n, trailer_pack(snap, TYPE_PUT));
@@ -271,8 +376,25 @@ int mem_get(memtable *m, const void *ukey, size_t n, uint64_t snap, uint64_t *se
     if (k != stackbuf)
         free(k);
     if (x == NULL || ukey_cmp(nkey(x), node_klen(x) - TRAILER_SIZE, ukey, n) != 0)
+        return NULL;
+    return x;
+}
+
+int mem_get(memtable *m, const void *ukey, size_t n, uint64_t snap, uint64_t *seq_out,
+            int *type_out, const uint8_t **val, size_t *vlen)
+{
+    const mem_node *x = NULL;
+    int known = index_get(m, ukey, n, snap, &x);
+    if (known == 0)
         return 0;
-    uint64_t t = trailer_get(nkey(x), node_klen(x));
+    if (known < 0) {
+        x = search_visible(m, ukey, n, snap);
+        if (x == (const mem_node *)m->head)
+            return -1;
+        if (x == NULL)
+            return 0;
+    }
+    uint64_t t = node_trailer(x);
     *seq_out = t >> 8;
     *type_out = (int)(t & 0xff);
     *val = nval(x);

@@ -3,6 +3,8 @@
  * comparison against a simple model. */
 #include "tests/unit/lsm/helpers.h"
 
+#include <inttypes.h>
+
 #include "storage/lsm/lsm_int.h"
 
 static void batch_validates_inputs(void **state)
@@ -906,6 +908,76 @@ static void big_keys_and_values_survive_flush_and_reopen(void **state)
     close_db(&f->loop, db);
 }
 
+/* mem_get goes through the memtable's hash index when it has the key and may tell, and
+ * searches the skiplist otherwise: past the index's bound (more keys than it takes), for
+ * snapshots older than a key's newest entry, and for deletions. Every answer must be the
+ * newest entry at or below the snapshot, as the skiplist alone gives. */
+#define IDX_KEYS     40000 /* more than the index's 32 Ki keys */
+#define IDX_VERSIONS 3
+static void memtable_reads_agree_past_the_index_bound(void **state)
+{
+    (void)state;
+    memtable *m = mem_new(1 << 20);
+    assert_non_null(m);
+    static uint64_t seqs[IDX_KEYS][IDX_VERSIONS];
+    uint64_t seq = 0;
+    char key[32], val[32];
+    for (int v = 0; v < IDX_VERSIONS; v++) {
+        for (int i = 0; i < IDX_KEYS; i++) {
+            /* a different order each round, so keys first seen late come back early */
+            int k = v % 2 ? IDX_KEYS - 1 - i : (i * 7919) % IDX_KEYS;
+            int n = snprintf(key, sizeof key, "key%06d", k);
+            int vn = snprintf(val, sizeof val, "v%" PRIu64, ++seq);
+            int type = seq % 5 == 0 ? TYPE_DEL : TYPE_PUT;
+            assert_true(
+                mem_add(m, seq, type, key, (size_t)n, val, type == TYPE_PUT ? (size_t)vn : 0));
+            seqs[k][v] = seq;
+        }
+    }
+    for (int k = 0; k < IDX_KEYS; k++) {
+        int n = snprintf(key, sizeof key, "key%06d", k);
+        /* the newest entry, then each older one through a snapshot just below the next */
+        for (int v = IDX_VERSIONS - 1; v >= 0; v--) {
+            uint64_t snap = v == IDX_VERSIONS - 1 ? seq : seqs[k][v + 1] - 1;
+            uint64_t got_seq;
+            int got_type;
+            const uint8_t *got_val;
+            size_t got_len;
+            assert_int_equal(
+                mem_get(m, key, (size_t)n, snap, &got_seq, &got_type, &got_val, &got_len), 1);
+            assert_int_equal(got_seq, seqs[k][v]);
+            assert_int_equal(got_type, seqs[k][v] % 5 == 0 ? TYPE_DEL : TYPE_PUT);
+            if (got_type == TYPE_PUT) {
+                int vn = snprintf(val, sizeof val, "v%" PRIu64, seqs[k][v]);
+                assert_int_equal(got_len, (size_t)vn);
+                assert_memory_equal(got_val, val, (size_t)vn);
+            }
+        }
+        uint64_t s2;
+        int t2;
+        const uint8_t *v2;
+        size_t l2;
+        /* before the key's first entry, and a key never written */
+        assert_int_equal(mem_get(m, key, (size_t)n, seqs[k][0] - 1, &s2, &t2, &v2, &l2), 0);
+        key[0] = 'j';
+        assert_int_equal(mem_get(m, key, (size_t)n, seq, &s2, &t2, &v2, &l2), 0);
+    }
+    /* a memtable whose index holds every key answers for absent keys too */
+    memtable *small = mem_new(4096);
+    assert_non_null(small);
+    uint64_t s2;
+    int t2;
+    const uint8_t *v2;
+    size_t l2;
+    assert_int_equal(mem_get(small, "a", 1, 10, &s2, &t2, &v2, &l2), 0);
+    assert_true(mem_add(small, 5, TYPE_PUT, "a", 1, "x", 1));
+    assert_int_equal(mem_get(small, "a", 1, 10, &s2, &t2, &v2, &l2), 1);
+    assert_int_equal(mem_get(small, "a", 1, 4, &s2, &t2, &v2, &l2), 0);
+    assert_int_equal(mem_get(small, "b", 1, 10, &s2, &t2, &v2, &l2), 0);
+    mem_unref(small);
+    mem_unref(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -926,6 +998,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(forget_drops_a_range_index_with_its_batch, fixture_setup,
                                         fixture_teardown),
         cmocka_unit_test(u64map_delete_keeps_every_other_key),
+        cmocka_unit_test(memtable_reads_agree_past_the_index_bound),
         cmocka_unit_test_setup_teardown(range_delete_hides_and_compaction_drops, fixture_setup,
                                         fixture_teardown),
         cmocka_unit_test_setup_teardown(range_delete_drops_whole_files, fixture_setup,
