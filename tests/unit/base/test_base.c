@@ -85,6 +85,36 @@ static void arena_reuses_freed_chunks(void **state)
     arena_free(&b);
 }
 
+/* At most 128 freed chunks wait for reuse (2 MiB); the rest go back to malloc. After 300
+ * arenas are freed, the next arenas get the first 128 of their chunks, last kept first,
+ * and the 129th gets a chunk of its own. Fails with the bound raised. */
+#define SPARE_PROBE 300
+static void arena_spares_are_bounded(void **state)
+{
+    (void)state;
+    static arena a[SPARE_PROBE];
+    static void *first[SPARE_PROBE];
+    for (int i = 0; i < SPARE_PROBE; i++) { /* takes every spare left by earlier tests */
+        arena_init(&a[i], 0);
+        first[i] = arena_alloc(&a[i], 1);
+        assert_non_null(first[i]);
+    }
+    for (int i = 0; i < SPARE_PROBE; i++)
+        arena_free(&a[i]);
+    for (int i = 0; i < SPARE_PROBE; i++) {
+        arena_init(&a[i], 0);
+        void *p = arena_alloc(&a[i], 1);
+        assert_non_null(p);
+        if (i < 128)
+            assert_ptr_equal(p, first[127 - i]);
+        else if (i == 128)
+            for (int k = 0; k < 128; k++)
+                assert_ptr_not_equal(p, first[k]);
+    }
+    for (int i = 0; i < SPARE_PROBE; i++)
+        arena_free(&a[i]);
+}
+
 /* Under AddressSanitizer, memory of a freed arena is still reported when used, although
  * its chunk waits among the spares instead of going back to malloc. */
 #ifdef STRATA_ASAN
@@ -223,6 +253,7 @@ int main(void)
         cmocka_unit_test(arena_aligns_and_respects_limit),
         cmocka_unit_test(arena_reuses_freed_chunks),
         cmocka_unit_test(arena_spares_are_thread_safe),
+        cmocka_unit_test(arena_spares_are_bounded),
         cmocka_unit_test(arena_use_after_free_is_reported),
         cmocka_unit_test(buf_is_bounded_and_sticky),
         cmocka_unit_test(u64_decimal_matches_printf),
