@@ -29,6 +29,8 @@ the whole cluster restarted (d), the partitions' leaders end within 1 of even ov
 nodes (leaders follow the map's balanced leader hints once the replicas are caught up).
 Peer links: every node reports its link to each other node (GET /admin/cluster "link"),
 with frames both ways; nodes 1 and 2 count node 3's lost connection (e) and the new one.
+Loop lag: node 2, stopped for 0.4 s, reports the delay of its loop (GET /admin/cluster
+"loop": one more delay over 50 ms, the longest at least 300 ms).
 Ends with a summary: writes acknowledged, errors by type, leader failover time, the
 longest loop lag a node reports (GET /admin/cluster "loop").
 Every wait polls a condition with a deadline.
@@ -576,6 +578,27 @@ def check_links(cl):
         next(m["link"] for m in cl.node(1).admin()["nodes"] if m["id"] == 3))
 
 
+def check_loop_lag(cl):
+    """A node whose loop is held up reports it: node 2 is stopped (SIGSTOP) for 0.4 s, and
+    then GET /admin/cluster "loop" counts one more delay over 50 ms and a longest delay of
+    at least 300 ms."""
+    n = cl.node(2)
+    before = n.admin()["loop"]
+    n.proc.send_signal(signal.SIGSTOP)
+    try:
+        time.sleep(0.4)  # the stall under test, not a wait for an event
+    finally:
+        n.proc.send_signal(signal.SIGCONT)
+
+    def stall_counted():
+        loop = (n.admin() or {}).get("loop") or before
+        return loop if loop["lags_over_50ms"] > before["lags_over_50ms"] else None
+    after = poll(stall_counted, 10, "node 2 reports its 0.4 s stall")
+    check(after["lag_max_ms"] >= 300,
+          "node 2's longest loop delay covers the 0.4 s stall: %s (before %s)" % (after, before))
+    log("loop lag: node 2 stopped for 0.4 s reports %s (before %s)" % (after, before))
+
+
 def part_f(cl, rounds=4):
     clients = [client(n.url, True) for n in cl.nodes]
     errors, names = [], []
@@ -628,6 +651,7 @@ def main():
         check(all(v and "lag_max_ms" in v for v in loops.values()),
               "every node reports its loop lag: %s" % loops)
         check_links(cl)
+        check_loop_lag(cl)
         ok = True
         log("summary: writes acknowledged %d; client errors: %s; leader failover %.2f s; "
             "restarted node caught up in %.2f s; longest loop lag since the restart (d) "
