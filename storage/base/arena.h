@@ -8,7 +8,8 @@
  * limit that applies).
  *
  * Arenas may be used on any thread (one arena by one thread at a time). Freed chunks of
- * the minimum size (16 KiB) are kept, at most 16 of them process-wide, for the next arena.
+ * the minimum size (16 KiB) are kept, at most 128 of them (2 MiB) process-wide, for the next
+ * arena.
  */
 #include <stddef.h>
 
