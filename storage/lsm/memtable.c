@@ -171,11 +171,13 @@ static void index_add(memtable *m, mem_node *x, const uint8_t *k, size_t n)
             slot->node = x;
         return;
     }
+    size_t cap = m->index_cap;
     if (!index_reserve(m)) {
         m->index_complete = false;
         return;
     }
-    slot = index_find(m, h, k, n); /* again: reserving may have moved the slots */
+    if (m->index_cap != cap) /* grown: the slots moved */
+        slot = index_find(m, h, k, n);
     *slot = (index_slot){h, x};
     m->index_used++;
 }
