@@ -32,16 +32,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
-#define CONNS_MAX    1024
-#define RESPONSE_MAX 65536
-#define REQUEST_MAX  (RESPONSE_MAX + 1024)
-#define VALUE_MAX    (RESPONSE_MAX - 512)
+#include <http_parser.h>
+
+#define CONNS_MAX   1024
+#define BODY_MAX    65536 /* of a request */
+#define REQUEST_MAX (BODY_MAX + 1024)
+#define VALUE_MAX   (BODY_MAX - 512)
 
 typedef struct {
     uint32_t start_us; /* since the run began */
@@ -54,8 +55,8 @@ typedef struct {
     int fd;
     uint64_t t0_us;
     uint32_t key;
-    size_t have;
-    char in[RESPONSE_MAX + 1];
+    http_parser parser; /* of the response to the request in flight */
+    bool done;          /* that response is complete */
 } conn;
 
 typedef struct {
@@ -165,7 +166,7 @@ static int connect_to(const char *target)
 /* The request for `key`, as ddb-put.lua / ddb-get.lua send it. */
 static size_t format_request(const options *o, const char *value, uint32_t key, char *out)
 {
-    char body[RESPONSE_MAX];
+    char body[BODY_MAX];
     int blen;
     const char *target;
     if (strcmp(o->op, "put") == 0) {
@@ -197,7 +198,9 @@ static void send_request(const options *o, const char *value, conn *c)
     char req[REQUEST_MAX];
     c->key = (uint32_t)(random() % o->keys);
     size_t n = format_request(o, value, c->key, req);
-    c->have = 0;
+    http_parser_init(&c->parser, HTTP_RESPONSE);
+    c->parser.data = c;
+    c->done = false;
     c->t0_us = now_us();
     /* A small request into an empty socket buffer: one write takes it all. */
     if (write(c->fd, req, n) != (ssize_t)n) {
@@ -206,25 +209,19 @@ static void send_request(const options *o, const char *value, conn *c)
     }
 }
 
-/* 1 with *status set once c->in holds a whole response, 0 if more is needed, -1 if it
- * cannot be parsed. */
-static int response_complete(conn *c, int *status)
+static int on_message_complete(http_parser *p)
 {
-    c->in[c->have] = '\0';
-    char *end = strstr(c->in, "\r\n\r\n");
-    if (!end)
-        return c->have < RESPONSE_MAX ? 0 : -1;
-    if (strncmp(c->in, "HTTP/1.1 ", 9) != 0)
-        return -1;
-    *status = atoi(c->in + 9);
-    size_t body = 0;
-    for (char *h = strstr(c->in, "\r\n"); h && h < end; h = strstr(h + 2, "\r\n"))
-        if (strncasecmp(h + 2, "Content-Length:", 15) == 0)
-            body = (size_t)strtoul(h + 17, NULL, 10);
-    size_t need = (size_t)(end + 4 - c->in) + body;
-    if (need > RESPONSE_MAX)
-        return -1;
-    return c->have >= need ? 1 : 0;
+    ((conn *)p->data)->done = true;
+    return 0;
+}
+
+/* Feeds what arrived to the connection's response parser: false if it is not HTTP. The
+ * body is not kept: only the status and the time matter. */
+static bool response_feed(conn *c, const char *data, size_t len)
+{
+    static const http_parser_settings settings = {.on_message_complete = on_message_complete};
+    size_t used = http_parser_execute(&c->parser, &settings, data, len);
+    return used == len && HTTP_PARSER_ERRNO(&c->parser) == HPE_OK;
 }
 
 static int cmp_u32(const void *a, const void *b)
@@ -333,18 +330,16 @@ int main(int argc, char **argv)
         }
         for (int e = 0; e < k; e++) {
             conn *c = &conns[evs[e].data.u32];
-            ssize_t r = read(c->fd, c->in + c->have, RESPONSE_MAX - c->have);
-            int status = 0, done = 0;
-            if (r > 0) {
-                c->have += (size_t)r;
-                done = response_complete(c, &status);
-            }
-            if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR) || done < 0) {
+            static char in[65536];
+            ssize_t r = read(c->fd, in, sizeof in);
+            bool ok = r > 0 ? response_feed(c, in, (size_t)r) : r < 0 && errno == EINTR;
+            if (!ok) {
                 fprintf(stderr, "bench_timeline: connection %u lost or garbled\n", evs[e].data.u32);
                 return 1;
             }
-            if (done == 0)
+            if (!c->done)
                 continue;
+            int status = (int)c->parser.status_code;
             uint64_t t = now_us();
             if (n == cap) {
                 sample *grown = realloc(samples, 2 * cap * sizeof *samples);
