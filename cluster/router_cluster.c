@@ -152,6 +152,7 @@ enum {
 #define JOIN_CHECK_MS     250 /* an empty replica asks the members again this often */
 #define STATUS_CAUGHT_UP  1   /* MSG_GROUP_STATUS answer bits */
 #define STATUS_FEEDS_WHOLE 2
+#define STATUS_HOLDS_WHOLE 4
 /* The result of a write whose key the partition no longer owns (a split moved it): not
  * applied, so the router sends it again to the partition that owns it now. 0xFF starts
  * no protobuf message (field 31, wire type 7), so no PartitionWriteResult looks like it. */
@@ -212,6 +213,7 @@ typedef struct join_check {
     uint64_t answered_ms; /* when its last answer came (0: still waiting) */
     unsigned pending;     /* answers still to come */
     bool refused;      /* a member may send entry 1 of a child, or did not answer */
+    unsigned whole;    /* voters that answered STATUS_HOLDS_WHOLE */
 } join_check;
 
 /* A snapshot copy into this node (fsm.install). */
@@ -2540,9 +2542,22 @@ static bool replica_feeds_whole(rcluster *c, uint64_t pid)
                           st.snapshot_index >= 2 && st.first_index > 2);
 }
 
+/* Whether this node runs a replica of `pid` whose log ends past a child's entry 1 and
+ * never sends it: a partition that is not a child, or a child compacted whole. A
+ * majority of voters like it keeps a replica that makes the child late (with only entry
+ * 1 in its log) from ever leading it (join_allowed). */
+static bool replica_holds_whole(rcluster *c, uint64_t pid)
+{
+    lpart *lp = lpart_find(c, pid);
+    raft_host_group_stats st;
+    return lp != NULL && raft_host_group_info(c->host, pid, &st, NULL) == 0 && !st.failed &&
+           (!lp->child || (st.snapshot_index >= 2 && st.first_index > 2));
+}
+
 /* MSG_GROUP_STATUS: varint partition -> u8 bits. STATUS_CAUGHT_UP: the replica follows a
  * known leader, is not copying a snapshot, and applied all it knows committed (promotion).
- * STATUS_FEEDS_WHOLE: replica_feeds_whole (an empty replica's join, join_allowed). */
+ * STATUS_FEEDS_WHOLE: replica_feeds_whole, STATUS_HOLDS_WHOLE: replica_holds_whole (an
+ * empty replica's join, join_allowed). */
 static void serve_group_status(rcluster *c, const uint8_t *data, size_t len, rpc_responder *resp)
 {
     rd r;
@@ -2553,6 +2568,8 @@ static void serve_group_status(rcluster *c, const uint8_t *data, size_t len, rpc
         bits |= STATUS_CAUGHT_UP;
     if (!r.failed && replica_feeds_whole(c, pid))
         bits |= STATUS_FEEDS_WHOLE;
+    if (!r.failed && replica_holds_whole(c, pid))
+        bits |= STATUS_HOLDS_WHOLE;
     rpc_respond(resp, &bits, 1, NULL);
 }
 
@@ -3698,28 +3715,57 @@ static void join_check_free(rcluster *c, join_check *jc)
     free(jc);
 }
 
-static void on_join_status(void *ctx, int status, const strata_err *err, const uint8_t *data,
-                           size_t len)
+static void join_status(join_check *jc, bool voter, int status, const uint8_t *data, size_t len)
 {
-    join_check *jc = ctx;
-    (void)err;
     jc->pending--;
     if (status != 0 || len != 1 || !(data[0] & STATUS_FEEDS_WHOLE))
         jc->refused = true;
+    else if (voter && (data[0] & STATUS_HOLDS_WHOLE))
+        jc->whole++;
     if (jc->pending == 0 && !jc->c->closing) {
         jc->answered_ms = now_ms(jc->c);
         kick(jc->c); /* reconcile again with the answers */
     }
 }
 
+static void on_join_status(void *ctx, int status, const strata_err *err, const uint8_t *data,
+                           size_t len)
+{
+    (void)err;
+    join_status(ctx, false, status, data, len);
+}
+
+static void on_join_status_voter(void *ctx, int status, const strata_err *err, const uint8_t *data,
+                                 size_t len)
+{
+    (void)err;
+    join_status(ctx, true, status, data, len);
+}
+
+/* More than half of mp's voters answered that they hold it whole. */
+static bool join_majority_whole(const meta_partition *mp, unsigned whole)
+{
+    unsigned voters = 0;
+    for (uint32_t k = 0; k < mp->n_members; k++)
+        voters += mp->members[k].role == META_VOTER;
+    return whole >= voters / 2 + 1;
+}
+
 /* A replica that starts empty and joins `mp` is fed by whichever member leads: if that is
  * a replica of a child whose log still holds entry 1, it sends the log from index 1, which
  * rebuilds the child without its parent's data. So the replica joins only once every
  * reachable member answered that it would send a copy instead (replica_feeds_whole; a
- * child's replicas compact its log whole early, snapshots_tick). One round of questions
- * at a time, at most every JOIN_CHECK_MS; a member that does not answer refuses. An
- * unreachable member is not asked: it leads nobody now, and a child's replica compacts
- * its log whole once it applies an entry, before it can lead a joiner in practice. */
+ * child's replicas compact its log whole early, snapshots_tick), and a majority of the
+ * voters that it holds the partition whole (replica_holds_whole). The majority matters
+ * for the members that have not made the child yet: they have no replica to refuse with,
+ * and make it later from the SPLIT with entry 1 in its log; Raft's election rule keeps
+ * them from leading it only against a majority whose logs end past index 1 (the sim's
+ * seed 1558 of --splits 1001-2000: the first member to apply the SPLIT crashed before
+ * its flush, and the joiner found nobody holding the child). One round of questions at
+ * a time, at most every JOIN_CHECK_MS; a member that does not answer refuses. An
+ * unreachable member is not asked (nor counted in the majority): it leads nobody now, and
+ * a child's replica compacts its log whole once it applies an entry, before it can lead
+ * a joiner in practice. */
 static bool join_allowed(rcluster *c, const meta_partition *mp)
 {
     join_check *jc = c->join_checks;
@@ -3729,7 +3775,7 @@ static bool join_allowed(rcluster *c, const meta_partition *mp)
     if (jc != NULL && jc->pending > 0)
         return false;
     if (jc != NULL && !jc->refused && jc->answered_ms != 0 &&
-        now - jc->answered_ms < JOIN_CHECK_MS) {
+        now - jc->answered_ms < JOIN_CHECK_MS && join_majority_whole(mp, jc->whole)) {
         join_check_free(c, jc); /* a fresh round said yes */
         return true;
     }
@@ -3745,6 +3791,7 @@ static bool join_allowed(rcluster *c, const meta_partition *mp)
     jc->asked_ms = now;
     jc->answered_ms = 0;
     jc->refused = false;
+    jc->whole = 0;
     buf b;
     buf_init(&b, 0);
     buf_put_varint(&b, mp->id);
@@ -3753,8 +3800,9 @@ static bool join_allowed(rcluster *c, const meta_partition *mp)
         strata_err err;
         if (node == c->self || !node_usable(c, node))
             continue;
+        bool voter = mp->members[k].role == META_VOTER;
         if (rpc_call(c->rpc, node, MSG_GROUP_STATUS, b.data, b.len, ATTEMPT_DEADLINE_MS,
-                     on_join_status, jc, &err) < 0)
+                     voter ? on_join_status_voter : on_join_status, jc, &err) < 0)
             jc->refused = true;
         else
             jc->pending++;
@@ -3763,8 +3811,10 @@ static bool join_allowed(rcluster *c, const meta_partition *mp)
     buf_free(&b);
     if (jc->pending > 0 || jc->refused)
         return false;
-    join_check_free(c, jc); /* nobody else to ask */
-    return true;
+    /* Nobody else to ask (nobody else reachable): a majority of voters cannot answer. */
+    bool alone = join_majority_whole(mp, 0);
+    join_check_free(c, jc);
+    return alone;
 }
 
 /* Starts a replica the map gives this node. Its range is its record's (the range as of

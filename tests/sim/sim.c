@@ -88,11 +88,13 @@
  *            its durable (command) index, and a child's leader submits a no-op command so
  *            a child without writes passes index 1 too; (b) a joiner waits until every
  *            replica made by the SPLIT has compacted the child whole durably (so any leader
- *            sends it a copy) - moves of a child wait for the same; (c) while no replica
- *            applied anything past the child's first entry, a listed node that missed the
- *            SPLIT copies the child's first state from a node that made it and starts the
- *            child as the SPLIT would have (else a child whose makers are no quorum never
- *            gets a leader, so never gets compacted, and (b) waits forever).
+ *            sends it a copy), and a majority of the SPLIT's voters has (so a listed node
+ *            that makes the child later, with only entry 1, cannot lead it) - moves of a
+ *            child wait for the same; (c) while no replica applied anything past the
+ *            child's first entry, a listed node that missed the SPLIT copies the child's
+ *            first state from a node that made it and starts the child as the SPLIT would
+ *            have (else a child whose makers are no quorum never gets a leader, so never
+ *            gets compacted, and (b) waits forever). stratad does (a) and (b), not (c).
  *
  * Checks (any failure prints the seed and the last events):
  *   1. at most one leader per term per group (sampled after every event);
@@ -406,6 +408,8 @@ typedef struct {
     uint64_t lo, hi;
     uint64_t born_hi; /* a child: its range's end when the split made it */
     uint64_t pend_child, pend_hash; /* the last split proposed for it (re-proposed at times) */
+    split_entry made_by; /* a child: its SPLIT's members (the voters its election needs) */
+    bool sealed;         /* a child: child_sealed said so once */
 } range_rec;
 
 typedef struct sim {
@@ -944,8 +948,12 @@ static int apply_split(sim *s, node *nd, uint64_t group, uint64_t index, const u
     range_rec *m = &s->map[c];
     if (!m->created) {
         /* The first replica to apply it records it in the "map". */
-        *m = (range_rec){
-            .created = true, .child = true, .lo = e.hash, .hi = f->hi, .born_hi = f->hi};
+        *m = (range_rec){.created = true,
+                         .child = true,
+                         .lo = e.hash,
+                         .hi = f->hi,
+                         .born_hi = f->hi,
+                         .made_by = e};
         if (s->map[group].hi >= e.hash) /* (a later split of g may have been recorded first) */
             s->map[group].hi = e.hash - 1;
         s->splits_done++;
@@ -1900,21 +1908,45 @@ static bool local_overlap(sim *s, node *nd, int c)
     return false;
 }
 
+/* A replica of child c that has compacted the child's log whole, durably: as a leader it
+ * sends a copy, never entry 1; as a voter its log ends past index 1. */
+static bool holds_child_whole(const node *nd, int c)
+{
+    const dgroup *d = &nd->disk[c];
+    return nd->child[c] && d->has && d->snap_index >= 2 && d->start > 2;
+}
+
 /* The fix modeled for the flaw the sim found (see the header): a replica that starts a
  * child without its parent's data (joined: from the map, or a move) waits until no
  * replica that may lead the child still holds the child's entry 1 - every replica made by
  * the SPLIT has compacted the child's log whole, durably - so whoever leads sends it a
- * copy, never the log from index 1 (which would rebuild the child on empty data). Raft's
- * election rule covers the listed nodes that have not applied the SPLIT yet: with their
- * log at index 1 they cannot win against the committed entries above it. */
+ * copy, never the log from index 1 (which would rebuild the child on empty data). The
+ * listed nodes that have not applied the SPLIT yet make the child later with only entry
+ * 1 in its log: Raft's election rule keeps them from leading only once a majority of the
+ * listed voters holds the child whole (their logs end past index 1). Without that rule a
+ * joiner could start while no replica had made the child at all (seed 1558 of --splits
+ * 1001-2000: the first node to apply the SPLIT crashed before its flush, a listed node
+ * whose parent was copied past the split joined, the others made the child later from
+ * entry 1 and fed the joiner that log). Sealed once, a child stays sealed: its log past
+ * index 1 is committed and durable on a majority. */
 static bool child_sealed(sim *s, int c)
 {
-    if (s->as_stratad || !s->map[c].child)
+    range_rec *m = &s->map[c];
+    if (s->as_stratad || !m->child || m->sealed)
         return true;
+    int voters = 0, whole = 0;
+    for (int k = 0; k < m->made_by.n; k++) {
+        int id = m->made_by.node[k];
+        if (!m->made_by.voter[k] || id < 1 || id > s->nnodes)
+            continue;
+        voters++;
+        whole += holds_child_whole(&s->nodes[id], c);
+    }
+    if (whole < voters / 2 + 1)
+        return false;
     for (int i = 1; i <= s->nnodes; i++) {
         const node *nd = &s->nodes[i];
-        const dgroup *d = &nd->disk[c];
-        if (nd->child[c] && (!d->has || d->snap_index < 2 || d->start <= 2))
+        if (nd->child[c] && !holds_child_whole(nd, c))
             return false;
         /* About to make the child (its records written, the flush to come): stratad's
          * replica_feeds_whole reads the record. */
@@ -1922,6 +1954,7 @@ static bool child_sealed(sim *s, int c)
             if (nd->hosted[g] && nd->fsm[g].split_index != 0 && (int)nd->fsm[g].split.child == c)
                 return false;
     }
+    m->sealed = true;
     return true;
 }
 
