@@ -258,7 +258,7 @@ struct op {
     uint64_t retry_at;
     unsigned attempt;
     bool via_parent; /* OP_WRITE: an attempt went to the partition a split cut the key from */
-    bool in_flight;  /* an attempt (rpc call, submit, barrier) is outstanding */
+    bool in_flight;  /* an attempt (rpc call, submit, read check) is outstanding */
     bool waiting;    /* OP_META: committed, waiting for the local map to hold it */
     uint64_t wait_index;
     router_cb wcb; /* OP_WRITE, OP_META */
@@ -1139,7 +1139,7 @@ static void read_local(op *o, const lpart *lp)
     op_free(o);
 }
 
-static void on_local_barrier(void *data, const raft_host_outcome *out)
+static void on_local_read_confirmed(void *data, const raft_host_outcome *out)
 {
     op *o = data;
     o->in_flight = false;
@@ -1263,7 +1263,7 @@ static void read_attempt(op *o)
         return;
     }
     if (target == c->self) {
-        if (raft_host_read_barrier(c->host, o->pid, on_local_barrier, o, &err) < 0) {
+        if (raft_host_read_index(c->host, o->pid, on_local_read_confirmed, o, &err) < 0) {
             uint64_t l = raft_host_leader(c->host, o->pid);
             op_retry(o, l != c->self ? l : 0);
             return;
@@ -3272,7 +3272,7 @@ static void served_read_run(served_read *s)
     free(s);
 }
 
-static void on_served_barrier(void *data, const raft_host_outcome *out)
+static void on_served_read_confirmed(void *data, const raft_host_outcome *out)
 {
     served_read *s = data;
     if (out->code != ERR_NONE) {
@@ -3323,7 +3323,7 @@ static void serve_read(rcluster *c, const uint8_t *data, size_t len, rpc_respond
         return;
     }
     if (!raft_host_is_leader(c->host, pid) ||
-        raft_host_read_barrier(c->host, pid, on_served_barrier, s, &err) < 0) {
+        raft_host_read_index(c->host, pid, on_served_read_confirmed, s, &err) < 0) {
         respond_retry(resp, raft_host_leader(c->host, pid), "not the leader");
         arena_free(&s->arena);
         free(s);

@@ -9,6 +9,10 @@
 
 #include <raft.h>
 
+/* Voters a group may have for raft_host_read_index's leadership checks; a larger group's
+ * reads take a barrier entry instead. */
+#define RI_VOTERS_MAX 7
+
 /* One entry of a group's in-memory log (a copy: C-Raft's pure core keeps only terms). */
 typedef struct {
     uint64_t term;
@@ -22,6 +26,7 @@ typedef struct pending {
     struct pending *next;
     uint64_t index;
     uint64_t term;
+    uint64_t round; /* raft_host_read_index: the leadership check that must confirm it */
     raft_host_done_cb cb;
     void *data;
 } pending;
@@ -97,6 +102,23 @@ typedef struct group {
     pending_list reads_inflight; /* covered by the barrier at barrier_index */
     uint64_t barrier_index;
     uint64_t barrier_term;
+    /* Reads without a log entry (raft_host_read_index): a read waits in ri_waiting for a
+     * majority's answer to a leadership check sent after it arrived (round >= its own),
+     * then in ri_applying for its read index to be applied. Rounds count up for the
+     * group's life; answers are kept per voter for ri_term only. */
+    pending_list ri_waiting;
+    pending_list ri_applying;
+    uint64_t ri_sent;      /* last round sent */
+    uint64_t ri_confirmed; /* last round a majority of voters answered for ri_term */
+    uint64_t ri_term;
+    uint64_t ri_conf;    /* configuration_committed_index when ri_sent went out */
+    uint64_t ri_sent_at; /* ms */
+    bool ri_releasing;   /* ri_release is running (it sends the next round itself) */
+    unsigned ri_nacks;
+    struct {
+        uint64_t id;
+        uint64_t round;
+    } ri_acks[RI_VOTERS_MAX];
     /* The received entries of the message being stepped, and whether the core kept them
      * for persistence (then their batch is ours to free, else the core freed it). */
     const struct raft_entry *recv_entries;
@@ -264,6 +286,8 @@ static void fail_all_ops(group *g, strata_code code)
     fail_list(&g->submits, code, hint);
     fail_list(&g->reads_inflight, code, hint);
     fail_list(&g->reads_waiting, code, hint);
+    fail_list(&g->ri_waiting, code, hint);
+    fail_list(&g->ri_applying, code, hint);
 }
 
 /* Ends the transfer in progress (if any) with `code`; the callback may call back in. */
@@ -806,6 +830,193 @@ static void maybe_start_barrier(group *g)
     }
 }
 
+/* ---- reads without a log entry: leadership checks (raft_host_read_index) ----
+ *
+ * Raft's "read index": a leader that has committed an entry of its term knows every
+ * committed entry (Raft's leader completeness), so its commit index when a read arrives
+ * covers every write acknowledged before. If a majority of voters then answers a check
+ * sent after that moment with the leader's own term, no newer leader had been elected
+ * when the check went out: any node in both that majority and a newer leader's voters
+ * answered before it voted. So the read may return the state at any applied index at or
+ * above that commit index. It costs one message to and from each follower, batched for
+ * all the reads that arrive while a check is out, and no log entry, write or fsync. */
+
+static bool is_voter(const struct raft_server *sv)
+{
+    return sv->role == RAFT_VOTER;
+}
+
+/* The conditions of the argument above, and a voter set small enough for ri_acks. */
+static bool ri_usable(group *g)
+{
+    if (raft_state(&g->raft) != RAFT_LEADER || g->raft.configuration_uncommitted_index != 0)
+        return false;
+    uint64_t commit = raft_commit_index(&g->raft);
+    const log_entry *le = log_at(g, commit);
+    uint64_t term = le != NULL ? le->term : commit == g->snap_index ? g->snap_term : 0;
+    if (term != raft_current_term(&g->raft))
+        return false;
+    unsigned voters = 0;
+    for (unsigned i = 0; i < g->raft.configuration.n; i++)
+        voters += is_voter(&g->raft.configuration.servers[i]);
+    return voters > 0 && voters <= RI_VOTERS_MAX;
+}
+
+static uint64_t ri_acked(const group *g, uint64_t id)
+{
+    for (unsigned i = 0; i < g->ri_nacks; i++)
+        if (g->ri_acks[i].id == id)
+            return g->ri_acks[i].round;
+    return 0;
+}
+
+static void ri_ack(group *g, uint64_t id, uint64_t round)
+{
+    for (unsigned i = 0; i < g->ri_nacks; i++)
+        if (g->ri_acks[i].id == id) {
+            if (round > g->ri_acks[i].round)
+                g->ri_acks[i].round = round;
+            return;
+        }
+    if (g->ri_nacks < RI_VOTERS_MAX) {
+        g->ri_acks[g->ri_nacks].id = id;
+        g->ri_acks[g->ri_nacks].round = round;
+        g->ri_nacks++;
+    }
+}
+
+/* Completes the confirmed reads whose read index is applied (in index order). */
+static void ri_applied(group *g)
+{
+    while (g->ri_applying.head != NULL && g->ri_applying.head->index <= g->applied) {
+        pending *p = g->ri_applying.head;
+        g->ri_applying.head = p->next;
+        if (g->ri_applying.head == NULL)
+            g->ri_applying.tail = NULL;
+        finish(p, ERR_NONE, g->h->cfg.node_id, NULL, 0);
+    }
+}
+
+static void ri_send_round(group *g);
+
+/* The reads a confirmed round covers go on to wait for their index to be applied; then
+ * the next round goes out if reads came meanwhile. */
+static void ri_release(group *g)
+{
+    g->ri_releasing = true;
+    while (g->ri_waiting.head != NULL && g->ri_waiting.head->round <= g->ri_confirmed) {
+        pending *p = g->ri_waiting.head;
+        g->ri_waiting.head = p->next;
+        if (g->ri_waiting.head == NULL)
+            g->ri_waiting.tail = NULL;
+        list_push(&g->ri_applying, p);
+    }
+    ri_applied(g);
+    g->ri_releasing = false;
+    if (g->ri_waiting.head != NULL && g->ri_sent <= g->ri_confirmed && !g->failed &&
+        raft_state(&g->raft) == RAFT_LEADER)
+        ri_send_round(g);
+}
+
+/* The highest round a majority of voters has answered (the leader answers every round it
+ * sends); reads up to it are released. */
+static void ri_advance(group *g)
+{
+    if (g->ri_term != raft_current_term(&g->raft) || raft_state(&g->raft) != RAFT_LEADER)
+        return;
+    /* Answers are counted in the configuration the round was sent under; after a change
+     * the next round (a retry) is. */
+    if (g->raft.configuration_uncommitted_index != 0 ||
+        g->raft.configuration_committed_index != g->ri_conf)
+        return;
+    uint64_t rounds[RI_VOTERS_MAX];
+    unsigned n = 0;
+    const struct raft_configuration *c = &g->raft.configuration;
+    for (unsigned i = 0; i < c->n; i++) {
+        if (!is_voter(&c->servers[i]))
+            continue;
+        if (n == RI_VOTERS_MAX)
+            return; /* not usable: the reads waiting fail with the leadership */
+        uint64_t id = c->servers[i].id;
+        rounds[n++] = id == g->h->cfg.node_id ? g->ri_sent : ri_acked(g, id);
+    }
+    if (n == 0)
+        return;
+    /* Sorted high to low, the (n/2+1)-th is the highest round a majority has reached. */
+    for (unsigned i = 1; i < n; i++)
+        for (unsigned j = i; j > 0 && rounds[j] > rounds[j - 1]; j--) {
+            uint64_t t = rounds[j];
+            rounds[j] = rounds[j - 1];
+            rounds[j - 1] = t;
+        }
+    uint64_t reached = rounds[n / 2];
+    if (reached <= g->ri_confirmed)
+        return;
+    g->ri_confirmed = reached;
+    ri_release(g);
+}
+
+/* Sends the next round to every other voter. */
+static void ri_send_round(group *g)
+{
+    raft_host *h = g->h;
+    uint64_t term = raft_current_term(&g->raft);
+    assert(g->ri_term == term);
+    g->ri_sent++;
+    g->ri_sent_at = now_ms(h);
+    g->ri_conf = g->raft.configuration_committed_index;
+    raft_host_check chk = {.result = false, .term = term, .seq = g->ri_sent};
+    const struct raft_configuration *c = &g->raft.configuration;
+    for (unsigned i = 0; i < c->n; i++) {
+        const struct raft_server *sv = &c->servers[i];
+        uint8_t *buf;
+        size_t len;
+        if (!is_voter(sv) || sv->id == h->cfg.node_id)
+            continue;
+        if (raft_msg_encode_check(g->id, h->cfg.node_id, &chk, &buf, &len, NULL) == 0)
+            queue_or_send(g, sv->id, buf, len); /* a lost one: the round is sent again */
+    }
+    g->deadline = group_deadline(g);
+    rearm(h, g->deadline);
+    ri_advance(g); /* a group of one voter */
+}
+
+/* A round unanswered for a heartbeat timeout (a message lost, a follower slow) is sent
+ * again as a new round, which covers the reads of the old one too. */
+static uint64_t ri_retry_at(const group *g)
+{
+    if (g->ri_sent <= g->ri_confirmed || g->ri_waiting.head == NULL)
+        return 0;
+    return g->ri_sent_at + g->h->cfg.heartbeat_timeout_ms;
+}
+
+static void ri_retry(group *g, uint64_t now)
+{
+    uint64_t at = ri_retry_at(g);
+    if (at != 0 && at <= now && raft_state(&g->raft) == RAFT_LEADER)
+        ri_send_round(g);
+}
+
+/* A check from the leader of `c->term` (answered with this replica's term, after any
+ * term write in flight: queue_or_send keeps the order), or an answer to one of ours. */
+static void ri_receive(group *g, uint64_t from, const raft_host_check *c)
+{
+    uint64_t term = raft_current_term(&g->raft);
+    if (!c->result) {
+        raft_host_check r = {.result = true, .term = term, .seq = c->seq, .ok = term == c->term};
+        uint8_t *buf;
+        size_t len;
+        if (raft_msg_encode_check(g->id, g->h->cfg.node_id, &r, &buf, &len, NULL) == 0)
+            queue_or_send(g, from, buf, len);
+        return;
+    }
+    if (!c->ok || c->term != term || g->ri_term != term || c->seq > g->ri_sent ||
+        raft_state(&g->raft) != RAFT_LEADER)
+        return; /* stale, or this leader is deposed: its core learns that from Raft */
+    ri_ack(g, from, c->seq);
+    ri_advance(g);
+}
+
 static int conf_decode(const uint8_t *bytes, size_t len, struct raft_configuration *out);
 
 /* The RAFT_CHANGE entry at `index` is committed and durable here: if it is the core's
@@ -898,6 +1109,7 @@ static int apply_one(group *g, uint64_t index, log_entry *le)
         fail_list(&done, code, leader_of(g));
         maybe_start_barrier(g);
     }
+    ri_applied(g);
     return 0;
 }
 
@@ -1171,6 +1383,9 @@ static uint64_t group_deadline(const group *g)
         d = g->hold_until; /* a swallowed election timeout (tick_in) */
     if (g->install_retry_at != 0 && (d == 0 || g->install_retry_at < d))
         d = g->install_retry_at;
+    uint64_t ri = ri_retry_at(g);
+    if (ri != 0 && (d == 0 || ri < d))
+        d = ri;
     return d;
 }
 
@@ -1897,6 +2112,12 @@ static int receive_in(raft_host *h, uint64_t from, uint64_t group_id, const void
         raft_msg_free(owner);
         return strata_err_set(err, ERR_CORRUPT, "raft message header mismatch");
     }
+    raft_host_check chk;
+    if (raft_msg_check(owner, &chk)) {
+        raft_msg_free(owner);
+        ri_receive(g, from, &chk);
+        return 0;
+    }
     bool is_snap = m.type == RAFT_INSTALL_SNAPSHOT;
     struct raft_request_vote pre_vote = {0};
     if (m.type == RAFT_REQUEST_VOTE && m.request_vote.pre_vote)
@@ -1969,6 +2190,9 @@ static void tick_in(raft_host *h)
             continue;
         if (g->installing && g->install_retry_at != 0 && g->install_retry_at <= now)
             install_call(g); /* a failed out-of-band copy, tried again */
+        ri_retry(g, now);
+        if (g->failed)
+            continue;
         uint64_t t = raft_timeout(&g->raft);
         if (t != 0 && t <= now && g->unconfirmed && raft_state(&g->raft) == RAFT_FOLLOWER) {
             /* An unconfirmed follower's election timeout: the core would campaign (its
@@ -2112,6 +2336,46 @@ int raft_host_read_barrier(raft_host *h, uint64_t group_id, raft_host_done_cb cb
 {
     h->depth++;
     int rc = read_barrier_in(h, group_id, cb, data, err);
+    h->depth--;
+    return rc;
+}
+
+static int read_index_in(raft_host *h, uint64_t group_id, raft_host_done_cb cb, void *data,
+                         strata_err *err)
+{
+    group *g = usable_group(h, group_id, err);
+    if (g == NULL)
+        return -1;
+    if (!ri_usable(g))
+        return read_barrier_in(h, group_id, cb, data, err);
+    pending *p = calloc(1, sizeof *p);
+    if (p == NULL)
+        return strata_err_set(err, ERR_NOMEM, "read index");
+    uint64_t term = raft_current_term(&g->raft);
+    if (g->ri_term != term) {
+        /* Leading in a new term: the reads of earlier terms failed when leadership was
+         * lost, and so did their rounds: answers to them count for nothing now. */
+        g->ri_term = term;
+        g->ri_nacks = 0;
+        g->ri_confirmed = g->ri_sent;
+    }
+    p->cb = cb;
+    p->data = data;
+    p->term = term;
+    p->index = raft_commit_index(&g->raft);
+    p->round = g->ri_sent + 1; /* the next round is sent after this moment */
+    list_push(&g->ri_waiting, p);
+    /* One round out at a time: reads that come meanwhile share the next. */
+    if (g->ri_sent <= g->ri_confirmed && !g->ri_releasing)
+        ri_send_round(g);
+    return 0;
+}
+
+int raft_host_read_index(raft_host *h, uint64_t group_id, raft_host_done_cb cb, void *data,
+                         strata_err *err)
+{
+    h->depth++;
+    int rc = read_index_in(h, group_id, cb, data, err);
     h->depth--;
     return rc;
 }

@@ -379,6 +379,20 @@ int raft_host_submit(raft_host *h, uint64_t group, const void *cmd, size_t len,
 int raft_host_read_barrier(raft_host *h, uint64_t group, raft_host_done_cb cb, void *data,
                            strata_err *err);
 
+/*
+ * Linearizable read without a log entry (Raft's read index), same contract as
+ * raft_host_read_barrier: cb fires once, with ERR_NONE when this node has applied every
+ * command committed before the call and a majority of voters answered a leadership check
+ * sent after it with this node's term (so no newer leader had been elected then); with
+ * ERR_UNAVAILABLE if leadership was lost first. Reads that arrive while a check is out
+ * share the next one: a message to and from each follower per round, no disk write.
+ * A leader that has not yet committed an entry of its term, a pending configuration
+ * change or more than 7 voters take the barrier entry instead. Errors as
+ * raft_host_submit.
+ */
+int raft_host_read_index(raft_host *h, uint64_t group, raft_host_done_cb cb, void *data,
+                         strata_err *err);
+
 bool raft_host_is_leader(const raft_host *h, uint64_t group);
 /*
  * Makes this replica stand for election after a tenth of a heartbeat timeout (doubling at
@@ -533,5 +547,20 @@ void raft_msg_batch_consumed(raft_msg_decoded *owner);
  * raft_msg_free unless it was handed to raft_step (which takes it over in every case):
  * tell the decoder so. The message never carries snapshot data (data.base is NULL). */
 void raft_msg_conf_consumed(raft_msg_decoded *owner);
+/* The host's own messages, next to C-Raft's: the leadership check of raft_host_read_index
+ * (result false: "do you still follow me in `term`?", from the leader, with its round
+ * `seq`) and its answer (result true: the follower's term, the round, ok when the terms
+ * matched). raft_msg_decode gives them with out->type RAFT_HOST_MSG_CHECK; raft_msg_check
+ * then fills *out (it returns false for C-Raft's messages). */
+#define RAFT_HOST_MSG_CHECK 200
+typedef struct {
+    bool result;
+    bool ok;
+    uint64_t term;
+    uint64_t seq;
+} raft_host_check;
+int raft_msg_encode_check(uint64_t group, uint64_t from, const raft_host_check *c, uint8_t **out,
+                          size_t *out_len, strata_err *err);
+bool raft_msg_check(const raft_msg_decoded *owner, raft_host_check *out);
 
 #endif

@@ -17,6 +17,8 @@ struct raft_msg_decoded {
     char address[24]; /* the sender's address as C-Raft sees it: its id in decimal */
     struct raft_configuration conf; /* InstallSnapshot: built with C-Raft's allocator */
     bool conf_owned;                /* conf is still ours to close */
+    bool is_check;                  /* a leadership check of the host's, in `check` */
+    raft_host_check check;
 };
 
 /* InstallSnapshot: the configuration as repeated RaftServer. */
@@ -39,6 +41,20 @@ static int encode_conf(const struct raft_configuration *c, Strata__Raft__RaftSer
         (*ps)[i].role = (uint32_t)c->servers[i].role;
         (*pp)[i] = &(*ps)[i];
     }
+    return 0;
+}
+
+/* *out (malloc'd) = pb packed. */
+static int pack(const Strata__Raft__RaftMessage *pb, uint8_t **out, size_t *out_len,
+                strata_err *err)
+{
+    size_t len = strata__raft__raft_message__get_packed_size(pb);
+    uint8_t *bytes = malloc(len > 0 ? len : 1);
+    if (bytes == NULL)
+        return strata_err_set(err, ERR_NOMEM, "raft message encode");
+    strata__raft__raft_message__pack(pb, bytes);
+    *out = bytes;
+    *out_len = len;
     return 0;
 }
 
@@ -162,19 +178,35 @@ int raft_msg_encode(uint64_t group, uint64_t from, const struct raft_message *m,
                               (int)m->type);
     }
 
-    size_t len = strata__raft__raft_message__get_packed_size(&pb);
-    uint8_t *bytes = malloc(len > 0 ? len : 1);
-    if (bytes != NULL)
-        strata__raft__raft_message__pack(&pb, bytes);
+    int rc = pack(&pb, out, out_len, err);
     free(pe);
     free(pp);
     free(ps);
     free(psp);
-    if (bytes == NULL)
-        return strata_err_set(err, ERR_NOMEM, "raft message encode");
-    *out = bytes;
-    *out_len = len;
-    return 0;
+    return rc;
+}
+
+int raft_msg_encode_check(uint64_t group, uint64_t from, const raft_host_check *c, uint8_t **out,
+                          size_t *out_len, strata_err *err)
+{
+    Strata__Raft__RaftMessage pb = STRATA__RAFT__RAFT_MESSAGE__INIT;
+    Strata__Raft__RaftLeaderCheck lc = STRATA__RAFT__RAFT_LEADER_CHECK__INIT;
+    Strata__Raft__RaftLeaderCheckResult lcr = STRATA__RAFT__RAFT_LEADER_CHECK_RESULT__INIT;
+    pb.group_id = group;
+    pb.from_id = from;
+    if (c->result) {
+        lcr.term = c->term;
+        lcr.seq = c->seq;
+        lcr.ok = c->ok;
+        pb.body_case = STRATA__RAFT__RAFT_MESSAGE__BODY_LEADER_CHECK_RESULT;
+        pb.leader_check_result = &lcr;
+    } else {
+        lc.term = c->term;
+        lc.seq = c->seq;
+        pb.body_case = STRATA__RAFT__RAFT_MESSAGE__BODY_LEADER_CHECK;
+        pb.leader_check = &lc;
+    }
+    return pack(&pb, out, out_len, err);
 }
 
 static int bad(strata_err *err, const char *what)
@@ -381,6 +413,22 @@ int raft_msg_decode(const void *bytes, size_t len, uint64_t *group, uint64_t *fr
             return -1;
         }
         break;
+    case STRATA__RAFT__RAFT_MESSAGE__BODY_LEADER_CHECK:
+    case STRATA__RAFT__RAFT_MESSAGE__BODY_LEADER_CHECK_RESULT: {
+        bool result = pb->body_case == STRATA__RAFT__RAFT_MESSAGE__BODY_LEADER_CHECK_RESULT;
+        raft_host_check *c = &d->check;
+        c->result = result;
+        c->term = result ? pb->leader_check_result->term : pb->leader_check->term;
+        c->seq = result ? pb->leader_check_result->seq : pb->leader_check->seq;
+        c->ok = result && pb->leader_check_result->ok;
+        if (c->term == 0 || c->seq == 0) {
+            raft_msg_free(d);
+            return bad(err, "leader check");
+        }
+        d->is_check = true;
+        out->type = (enum raft_message_type)RAFT_HOST_MSG_CHECK;
+        break;
+    }
     default:
         raft_msg_free(d);
         return bad(err, "no body");
@@ -403,6 +451,14 @@ void raft_msg_free(raft_msg_decoded *d)
     if (d->conf_owned)
         raft_configuration_close(&d->conf);
     free(d);
+}
+
+bool raft_msg_check(const raft_msg_decoded *d, raft_host_check *out)
+{
+    if (!d->is_check)
+        return false;
+    *out = d->check;
+    return true;
 }
 
 void raft_msg_conf_consumed(raft_msg_decoded *d)

@@ -18,7 +18,11 @@
  *            durable. A crash drops every operation not yet synced (and its callback).
  *   nodes:   crash (host destroyed, disk keeps what was synced) and restart (host rebuilt
  *            from the simulated disk; the state machine restarts from its durable copy and
- *            the host replays the log above it).
+ *            the host replays the log above it); pause (300-1200 ms: the node's timers,
+ *            disk completions and incoming messages wait until it resumes, as for a
+ *            stopped process or a long VM stall; client requests still reach it, so a
+ *            leader that others have replaced meanwhile is asked to read before it can
+ *            have heard of its successor).
  *   engine:  every 10-30 ms each replica's state machine makes its state durable (now and
  *            then) and compacts its log up to that point (raft_host_compact, 8 trailing
  *            entries), so logs stay short under load and a replica that was down or cut
@@ -33,7 +37,8 @@
  *            group on a later simulated event (1-20 ms), checking that nothing of the
  *            group is applied meanwhile and that it restarts at the refused index.
  *   clients: writes `key := unique write id` and strong reads, sent to the node they
- *            believe leads (hint), or a random node.
+ *            believe leads (hint), or a random node. A strong read is a leadership check
+ *            (raft_host_read_index, as stratad's) or, one in four, a barrier entry.
  *   moves:   (--moves) one spare node more, and replica moves one at a time until 4 s, as
  *            stratad does them: join_group on a node without a replica, add it as a learner,
  *            wait until the leader's member_match reaches its commit index (entries, or an
@@ -58,7 +63,7 @@
  *            tile the space. Writes carry their key's hash; a replica whose range no longer
  *            holds it answers MOVED without applying it, and the client (which routes by the
  *            ranges it knows, refreshed from the "map" only on a MOVED) sends the same write
- *            to the owner; strong reads check the range after their barrier, as stratad.
+ *            to the owner; strong reads check the range once confirmed, as stratad.
  *            Every 60-300 ms until the faults end, the leader of a random group whose
  *            committed configuration is its voters only (no learner, not being moved)
  *            proposes a SPLIT entry carrying a new child id, the split hash (the range's
@@ -325,6 +330,7 @@ typedef struct {
     struct sim *sim;
     int id; /* 1-based */
     bool up;
+    uint64_t paused_until; /* ms: its timers, disk and incoming messages wait until then */
     uint64_t incarnation;
     raft_host *host;
     uint64_t timer_gen;
@@ -1387,6 +1393,7 @@ static void node_crash(sim *s, node *nd)
             d->n -= drop;
         }
     nd->up = false;
+    nd->paused_until = 0;
     nd->incarnation++;
     nd->timer_gen++;
     disk_drop_pending(nd);
@@ -1481,7 +1488,7 @@ static void op_done(void *data, const raft_host_outcome *o)
         return;
     }
     if (s->splits) {
-        /* stratad checks the range after the barrier: a split moved the key away. */
+        /* stratad checks the range once the read is confirmed: a split moved the key away. */
         if (!in_range(f, p->hash)) {
             p->done = false;
             op_moved(s, p);
@@ -1524,7 +1531,9 @@ static void op_send(sim *s, cop *p)
             op_done(p, &o); /* no barrier: the local state may be stale */
             return;
         }
-        rc = raft_host_read_barrier(nd->host, (uint64_t)p->group, op_done, p, &err);
+        rc = chance(&s->rng, 250)
+                 ? raft_host_read_barrier(nd->host, (uint64_t)p->group, op_done, p, &err)
+                 : raft_host_read_index(nd->host, (uint64_t)p->group, op_done, p, &err);
     } else {
         uint8_t cmd[WRITE_LEN];
         cmd[0] = (uint8_t)p->key;
@@ -1595,7 +1604,7 @@ static int count_down(sim *s)
 
 static void fault(sim *s)
 {
-    uint64_t what = rnd(&s->rng, 10);
+    uint64_t what = rnd(&s->rng, 11);
     int n = 1 + (int)rnd(&s->rng, (uint64_t)s->nnodes);
     node *nd = &s->nodes[n];
     if (what < 3) {
@@ -1614,6 +1623,9 @@ static void fault(sim *s)
     } else if (what < 8) {
         int m = 1 + (int)rnd(&s->rng, (uint64_t)s->nnodes);
         s->link_down[n][m] = true; /* one-way cut */
+    } else if (what == 10) {
+        if (nd->up && nd->paused_until <= s->now)
+            nd->paused_until = s->now + 300 + rnd(&s->rng, 900);
     } else {
         memset(s->link_down, 0, sizeof s->link_down);
     }
@@ -2368,6 +2380,14 @@ static void print_trace(const sim *s)
 static void handle(sim *s, event *e)
 {
     node *nd = e->node >= 1 && e->node <= s->nnodes ? &s->nodes[e->node] : NULL;
+    /* A paused node's timers, disk and incoming messages wait for it, in their order. */
+    if (nd != NULL && nd->paused_until > s->now &&
+        (e->type == EV_DELIVER || e->type == EV_DISK || e->type == EV_TIMER)) {
+        event later = *e;
+        later.time = nd->paused_until;
+        push(s, later);
+        return;
+    }
     switch (e->type) {
     case EV_DELIVER:
         if (nd->up)

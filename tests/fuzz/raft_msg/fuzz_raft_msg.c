@@ -3,7 +3,8 @@
  * decoded message: decode, re-encode and decode again (fields must survive), then feed
  * the bytes to a fresh raft_host whose group has members 1, 2, 3 (so C-Raft's core sees
  * every message the decoder accepts, and must not assert on any). An InstallSnapshot the
- * host accepts is installed (the out-of-band copy "succeeds" at once).
+ * host accepts is installed (the out-of-band copy "succeeds" at once). The host's own
+ * leadership checks (raft_host_read_index) go through the same decoder and host.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -128,39 +129,9 @@ static int fsm_apply(void *c, uint64_t g, uint64_t i, const void *cmd, size_t l,
     return 0;
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+/* Node 1 of group `group` (members 1, 2, 3) receives the message from `from`. */
+static void through_host(uint64_t group, uint64_t from, const uint8_t *data, size_t size)
 {
-    struct raft_message m;
-    raft_msg_decoded *owner;
-    uint64_t group, from;
-    if (raft_msg_decode(data, size, &group, &from, &m, &owner, NULL) != 0)
-        return 0;
-
-    /* Round trip. */
-    raft_host_entry *v = NULL;
-    if (m.type == RAFT_APPEND_ENTRIES && m.append_entries.n_entries > 0) {
-        v = calloc(m.append_entries.n_entries, sizeof *v);
-        for (unsigned i = 0; i < m.append_entries.n_entries; i++)
-            v[i] = (raft_host_entry){
-                m.append_entries.entries[i].term, (uint8_t)m.append_entries.entries[i].type,
-                m.append_entries.entries[i].buf.base, m.append_entries.entries[i].buf.len};
-    }
-    uint8_t *buf;
-    size_t len;
-    if (raft_msg_encode(group, from, &m, v, &buf, &len, NULL) != 0)
-        abort();
-    struct raft_message m2;
-    raft_msg_decoded *owner2;
-    uint64_t g2, f2;
-    if (raft_msg_decode(buf, len, &g2, &f2, &m2, &owner2, NULL) != 0 || g2 != group || f2 != from ||
-        m2.type != m.type)
-        abort();
-    raft_msg_free(owner2);
-    free(buf);
-    free(v);
-    raft_msg_free(owner);
-
-    /* Through a host: node 1 of group `group`, sender `from`. */
     raft_host_config cfg = {
         .node_id = 1,
         .storage = {.load = st_load,
@@ -191,5 +162,59 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     raft_host_destroy(h);
     flush(false);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    struct raft_message m;
+    raft_msg_decoded *owner;
+    uint64_t group, from;
+    if (raft_msg_decode(data, size, &group, &from, &m, &owner, NULL) != 0)
+        return 0;
+
+    /* Round trip. */
+    uint8_t *buf;
+    size_t len;
+    raft_host_check chk;
+    if (raft_msg_check(owner, &chk)) {
+        /* The host's own leadership check or its answer. */
+        if (raft_msg_encode_check(group, from, &chk, &buf, &len, NULL) != 0)
+            abort();
+        struct raft_message m2;
+        raft_msg_decoded *owner2;
+        uint64_t g2, f2;
+        raft_host_check chk2;
+        if (raft_msg_decode(buf, len, &g2, &f2, &m2, &owner2, NULL) != 0 || g2 != group ||
+            f2 != from || !raft_msg_check(owner2, &chk2) || chk2.result != chk.result ||
+            chk2.ok != chk.ok || chk2.term != chk.term || chk2.seq != chk.seq)
+            abort();
+        raft_msg_free(owner2);
+        free(buf);
+        raft_msg_free(owner);
+        through_host(group, from, data, size);
+        return 0;
+    }
+    raft_host_entry *v = NULL;
+    if (m.type == RAFT_APPEND_ENTRIES && m.append_entries.n_entries > 0) {
+        v = calloc(m.append_entries.n_entries, sizeof *v);
+        for (unsigned i = 0; i < m.append_entries.n_entries; i++)
+            v[i] = (raft_host_entry){
+                m.append_entries.entries[i].term, (uint8_t)m.append_entries.entries[i].type,
+                m.append_entries.entries[i].buf.base, m.append_entries.entries[i].buf.len};
+    }
+    if (raft_msg_encode(group, from, &m, v, &buf, &len, NULL) != 0)
+        abort();
+    struct raft_message m2;
+    raft_msg_decoded *owner2;
+    uint64_t g2, f2;
+    if (raft_msg_decode(buf, len, &g2, &f2, &m2, &owner2, NULL) != 0 || g2 != group || f2 != from ||
+        m2.type != m.type)
+        abort();
+    raft_msg_free(owner2);
+    free(buf);
+    free(v);
+    raft_msg_free(owner);
+
+    through_host(group, from, data, size);
     return 0;
 }

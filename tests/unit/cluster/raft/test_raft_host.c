@@ -542,6 +542,7 @@ typedef struct qmsg {
 static qmsg *q_head;
 static env cenv[CN + 1];
 static raft_host *ch[CN + 1];
+static bool frozen[CN + 1];  /* its clock stands still: no timeouts, no heartbeats */
 static bool cut[CN + 1];     /* node isolated: its messages, both ways, are dropped */
 static bool io_held[CN + 1]; /* node's storage completes nothing until released */
 
@@ -580,7 +581,7 @@ static void cluster_round(void)
         q = next;
     }
     for (int i = 1; i <= CN; i++) {
-        if (ch[i] == NULL)
+        if (ch[i] == NULL || frozen[i])
             continue;
         cenv[i].now += 5;
         if (cenv[i].armed != 0 && cenv[i].now >= cenv[i].armed) {
@@ -671,6 +672,7 @@ static void cluster_start(void)
     memset(cenv, 0, sizeof cenv);
     memset(cut, 0, sizeof cut);
     memset(io_held, 0, sizeof io_held);
+    memset(frozen, 0, sizeof frozen);
     memset(ch, 0, sizeof ch);
     for (int i = 1; i <= 3; i++) {
         raft_host_config c = config(&cenv[i], (uint64_t)i);
@@ -716,6 +718,163 @@ static int cluster_write(int n)
     assert_int_equal(w.calls, n);
     assert_int_equal(w.code, ERR_NONE);
     return l;
+}
+
+/* Leadership checks queued for delivery (raft_host_read_index's rounds), and answers. */
+static void count_checks(int *checks, int *answers)
+{
+    *checks = *answers = 0;
+    for (qmsg *q = q_head; q != NULL; q = q->next) {
+        struct raft_message m;
+        raft_msg_decoded *owner = NULL;
+        uint64_t g, f;
+        raft_host_check c;
+        if (raft_msg_decode(q->b, q->len, &g, &f, &m, &owner, NULL) != 0)
+            continue;
+        if (raft_msg_check(owner, &c))
+            (*(c.result ? answers : checks))++;
+        raft_msg_free(owner);
+    }
+}
+
+static uint64_t last_index_of(int i)
+{
+    raft_host_group_stats st;
+    strata_err err;
+    assert_int_equal(raft_host_group_info(ch[i], 1, &st, &err), 0);
+    return st.last_index;
+}
+
+/* Reads through leadership checks: no log entry once the leader has committed one of its
+ * term, one round for all the reads that arrive while a check is out, none served while
+ * no follower answers, and a lost round sent again. */
+static void test_read_index_confirms_without_an_entry(void **state)
+{
+    (void)state;
+    strata_err err;
+    cluster_start();
+    int l = cluster_write(1); /* an entry of the leader's term is committed */
+    uint64_t last = last_index_of(l);
+
+    enum { N = 50 };
+    outcome_rec rd[N];
+    memset(rd, 0, sizeof rd);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(raft_host_read_index(ch[l], 1, record, &rd[i], &err), 0);
+    int checks, answers;
+    count_checks(&checks, &answers);
+    assert_int_equal(checks, 2); /* one round, to each follower */
+    for (int r = 0; r < 10 && rd[N - 1].calls == 0; r++)
+        cluster_round();
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(rd[i].calls, 1);
+        assert_int_equal(rd[i].code, ERR_NONE);
+    }
+    assert_int_equal(last_index_of(l), last); /* no barrier entry */
+
+    /* Both followers cut off: no majority answers, the read waits; rounds are sent again
+     * (a heartbeat timeout apart); once healed, the next round's answers serve it. */
+    int f1 = l % 3 + 1, f2 = f1 % 3 + 1;
+    outcome_rec w = {0}, r1 = {0};
+    assert_int_equal(raft_host_read_index(ch[l], 1, record, &r1, &err), 0);
+    cut[f1] = cut[f2] = true;
+    for (int r = 0; r < 8; r++)
+        cluster_round();
+    assert_int_equal(r1.calls, 0);
+    cut[f1] = cut[f2] = false;
+    for (int r = 0; r < 20 && r1.calls == 0; r++)
+        cluster_round();
+    assert_int_equal(r1.calls, 1);
+    assert_int_equal(r1.code, ERR_NONE);
+    assert_true(raft_host_is_leader(ch[l], 1));
+
+    /* A read waits until its read index (the commit index when it came) is applied: a
+     * committed write the leader's state machine has not taken yet holds it back. */
+    raft_host_group_stats st;
+    cenv[l].busy_answers = 1;
+    assert_int_equal(raft_host_submit(ch[l], 1, "xyz", 3, record, &w, &err), 0);
+    uint64_t windex = last_index_of(l);
+    for (int r = 0; r < 20; r++) {
+        cluster_round();
+        assert_int_equal(raft_host_group_info(ch[l], 1, &st, &err), 0);
+        if (st.commit_index >= windex)
+            break;
+    }
+    assert_true(st.apply_blocked);
+    outcome_rec r2 = {0};
+    assert_int_equal(raft_host_read_index(ch[l], 1, record, &r2, &err), 0);
+    for (int r = 0; r < 10; r++)
+        cluster_round();
+    assert_int_equal(r2.calls, 0);
+    raft_host_apply_resume(ch[l], 1);
+    assert_int_equal(w.calls, 1);
+    assert_int_equal(w.code, ERR_NONE);
+    assert_int_equal(r2.calls, 1);
+    assert_int_equal(r2.code, ERR_NONE);
+    cluster_stop();
+}
+
+/* A follower answers "ok" only for its own term. The leader is cut off and its clock
+ * stopped (so it never steps down on its own and sends no heartbeat) while the others
+ * elect a new leader; then it reaches the third node again, not the new leader. Its
+ * read's check reaches a node of the newer term: the read waits, never served, and
+ * fails once the old leader learns the new term. */
+static void test_read_index_deposed_leader_never_serves(void **state)
+{
+    (void)state;
+    strata_err err;
+    cluster_start();
+    int l = cluster_write(1);
+    cut[l] = frozen[l] = true;
+    int nl = 0;
+    for (int r = 0; r < 400 && nl == 0; r++) {
+        cluster_round();
+        nl = cluster_leader();
+    }
+    assert_int_not_equal(nl, 0);
+    assert_int_not_equal(nl, l);
+    assert_true(raft_host_is_leader(ch[l], 1)); /* it has heard nothing */
+    outcome_rec rd = {0};
+    assert_int_equal(raft_host_read_index(ch[l], 1, record, &rd, &err), 0);
+    cut[l] = false;
+    cut[nl] = true;
+    for (int r = 0; r < 50; r++)
+        cluster_round();
+    assert_int_equal(rd.calls, 0);
+    cut[nl] = frozen[l] = false;
+    for (int r = 0; r < 400 && rd.calls == 0; r++)
+        cluster_round();
+    assert_int_equal(rd.calls, 1);
+    assert_int_equal(rd.code, ERR_UNAVAILABLE);
+    assert_false(raft_host_is_leader(ch[l], 1));
+    cluster_stop();
+}
+
+/* A group of one voter confirms its own reads at once. */
+static void test_read_index_single_voter(void **state)
+{
+    (void)state;
+    env e = {0};
+    strata_err err;
+    raft_host_config c = config(&e, 1);
+    raft_host *h = raft_host_create(&c, &err);
+    uint64_t m[] = {1};
+    assert_int_equal(raft_host_start_group(h, 5, m, 1, 0, &err), 0);
+    flush_io(&e, 0);
+    outcome_rec w = {0}, r = {0};
+    assert_int_equal(raft_host_submit(h, 5, "abc", 3, record, &w, &err), 0);
+    flush_io(&e, 0);
+    assert_int_equal(w.code, ERR_NONE);
+    raft_host_group_stats st;
+    assert_int_equal(raft_host_group_info(h, 5, &st, &err), 0);
+    uint64_t last = st.last_index;
+    assert_int_equal(raft_host_read_index(h, 5, record, &r, &err), 0);
+    assert_int_equal(r.calls, 1);
+    assert_int_equal(r.code, ERR_NONE);
+    assert_int_equal(raft_host_group_info(h, 5, &st, &err), 0);
+    assert_int_equal(st.last_index, last);
+    raft_host_destroy(h);
+    drop_io(&e);
 }
 
 static void compact_at_applied(int i)
@@ -1185,6 +1344,65 @@ static int decode_bytes(const struct raft_message *m, const raft_host_entry *ent
         raft_msg_free(owner);
     free(buf);
     return rc;
+}
+
+/* The host's leadership checks (raft_host_read_index): both kinds survive the codec, and
+ * a check without a term or a round is refused. */
+static void test_codec_leader_check(void **state)
+{
+    (void)state;
+    strata_err err;
+    raft_host_check in[] = {{.result = false, .term = 7, .seq = 3},
+                            {.result = true, .ok = true, .term = 7, .seq = 3},
+                            {.result = true, .ok = false, .term = 9, .seq = 1}};
+    for (size_t i = 0; i < sizeof in / sizeof *in; i++) {
+        uint8_t *buf;
+        size_t len;
+        assert_int_equal(raft_msg_encode_check(42, 3, &in[i], &buf, &len, &err), 0);
+        struct raft_message m;
+        raft_msg_decoded *owner;
+        uint64_t g, f;
+        raft_host_check out;
+        assert_int_equal(raft_msg_decode(buf, len, &g, &f, &m, &owner, &err), 0);
+        assert_int_equal(g, 42);
+        assert_int_equal(f, 3);
+        assert_int_equal((int)m.type, RAFT_HOST_MSG_CHECK);
+        assert_true(raft_msg_check(owner, &out));
+        assert_int_equal(out.result, in[i].result);
+        assert_int_equal(out.ok, in[i].ok);
+        assert_int_equal(out.term, in[i].term);
+        assert_int_equal(out.seq, in[i].seq);
+        raft_msg_free(owner);
+        free(buf);
+    }
+    raft_host_check bad[] = {{.term = 0, .seq = 1}, {.term = 1, .seq = 0}};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        uint8_t *buf;
+        size_t len;
+        assert_int_equal(raft_msg_encode_check(1, 2, &bad[i], &buf, &len, &err), 0);
+        struct raft_message m;
+        raft_msg_decoded *owner;
+        uint64_t g, f;
+        assert_int_equal(raft_msg_decode(buf, len, &g, &f, &m, &owner, &err), -1);
+        assert_int_equal(err.code, ERR_CORRUPT);
+        free(buf);
+    }
+    /* A C-Raft message is not a check. */
+    struct raft_message hb;
+    memset(&hb, 0, sizeof hb);
+    hb.type = RAFT_APPEND_ENTRIES;
+    hb.append_entries.term = 1;
+    uint8_t *buf;
+    size_t len;
+    assert_int_equal(raft_msg_encode(1, 2, &hb, NULL, &buf, &len, &err), 0);
+    struct raft_message m;
+    raft_msg_decoded *owner;
+    uint64_t g, f;
+    raft_host_check out;
+    assert_int_equal(raft_msg_decode(buf, len, &g, &f, &m, &owner, &err), 0);
+    assert_false(raft_msg_check(owner, &out));
+    raft_msg_free(owner);
+    free(buf);
 }
 
 static void test_codec_rejects_malformed(void **state)
@@ -2138,6 +2356,9 @@ int main(void)
         cmocka_unit_test(test_apply_busy_and_resume),
         cmocka_unit_test(test_stop_group),
         cmocka_unit_test(test_deposed_leader_fails_pending),
+        cmocka_unit_test(test_read_index_confirms_without_an_entry),
+        cmocka_unit_test(test_read_index_deposed_leader_never_serves),
+        cmocka_unit_test(test_read_index_single_voter),
         cmocka_unit_test(test_compact_rules),
         cmocka_unit_test(test_start_from_snapshot_point),
         cmocka_unit_test(test_install_retry_and_stop),
@@ -2157,6 +2378,7 @@ int main(void)
         cmocka_unit_test(test_quiet_leader_keeps_followers_streaming),
         cmocka_unit_test(test_pre_vote_learns_higher_term),
         cmocka_unit_test(test_codec_roundtrip),
+        cmocka_unit_test(test_codec_leader_check),
         cmocka_unit_test(test_codec_rejects_malformed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
