@@ -599,6 +599,17 @@ static int cluster_leader(void)
     return 0;
 }
 
+/* Runs rounds until a node (not cut off) leads group 1; that node, 0 after 400 rounds. */
+static int cluster_elect(void)
+{
+    int l = 0;
+    for (int r = 0; r < 400 && l == 0; r++) {
+        cluster_round();
+        l = cluster_leader();
+    }
+    return l;
+}
+
 static void test_deposed_leader_fails_pending(void **state)
 {
     (void)state;
@@ -616,11 +627,7 @@ static void test_deposed_leader_fails_pending(void **state)
         assert_non_null(ch[i]);
         assert_int_equal(raft_host_start_group(ch[i], 1, m, 3, 0, &err), 0);
     }
-    int l = 0;
-    for (int r = 0; r < 400 && l == 0; r++) {
-        cluster_round();
-        l = cluster_leader();
-    }
+    int l = cluster_elect();
     assert_int_not_equal(l, 0);
 
     /* A write and a strong read reach the old leader, then it is cut off. */
@@ -628,11 +635,7 @@ static void test_deposed_leader_fails_pending(void **state)
     assert_int_equal(raft_host_submit(ch[l], 1, "abc", 3, record, &w, &err), 0);
     assert_int_equal(raft_host_read_barrier(ch[l], 1, record, &rd, &err), 0);
     cut[l] = true;
-    int nl = 0;
-    for (int r = 0; r < 400 && nl == 0; r++) {
-        cluster_round();
-        nl = cluster_leader();
-    }
+    int nl = cluster_elect();
     assert_int_not_equal(nl, 0);
     assert_int_not_equal(nl, l);
     /* Cut off, it cannot confirm its leadership: the read waits, or fails once the old
@@ -703,11 +706,7 @@ static void cluster_stop(void)
 /* Submits n commands at the leader and runs until they are acknowledged. */
 static int cluster_write(int n)
 {
-    int l = 0;
-    for (int r = 0; r < 400 && l == 0; r++) {
-        cluster_round();
-        l = cluster_leader();
-    }
+    int l = cluster_elect();
     assert_int_not_equal(l, 0);
     outcome_rec w = {0};
     strata_err err;
@@ -826,11 +825,7 @@ static void test_read_index_deposed_leader_never_serves(void **state)
     cluster_start();
     int l = cluster_write(1);
     cut[l] = frozen[l] = true;
-    int nl = 0;
-    for (int r = 0; r < 400 && nl == 0; r++) {
-        cluster_round();
-        nl = cluster_leader();
-    }
+    int nl = cluster_elect();
     assert_int_not_equal(nl, 0);
     assert_int_not_equal(nl, l);
     assert_true(raft_host_is_leader(ch[l], 1)); /* it has heard nothing */
