@@ -118,10 +118,10 @@ typedef struct router router;
  * replica has accepted it, within a deadline); an outcome that may or may not have been
  * committed (leader lost, connection broken) is ERR_UNAVAILABLE, never retried. A strong
  * read goes to the leader, which confirms its leadership first (raft_host_read_index: a
- * majority of the replicas answers that it still leads, no log entry); an
- * eventual read is served by this node when it holds an up-to-date replica, else by
- * the replicas in turn. Table changes (router_catalog_write) go through the meta group;
- * the callback runs once this node's copy of the map holds the change.
+ * majority of the replicas answers that it still leads, no log entry); an eventual read
+ * is served by this node when it holds an up-to-date replica, else by the replicas in
+ * turn. Table changes (router_catalog_write) go through the meta group; the callback runs
+ * once this node's copy of the map holds the change.
  */
 typedef struct {
     uint64_t node_id;              /* > 0 */
