@@ -257,7 +257,8 @@ struct op {
     uint64_t deadline;
     uint64_t retry_at;
     unsigned attempt;
-    bool via_parent; /* OP_WRITE: an attempt went to the partition a split cut the key from */
+    bool via_parent; /* an attempt of a write or strong read went to the partition a split
+                        cut the key from (split_parent_owning) */
     bool in_flight;  /* an attempt (rpc call, submit, read check) is outstanding */
     bool waiting;    /* OP_META: committed, waiting for the local map to hold it */
     uint64_t wait_index;
@@ -344,6 +345,7 @@ struct rcluster {
         uint64_t retries;          /* attempts rescheduled (no leader, stale map, no answer) */
         uint64_t woken_by_leader;  /* of those, run early because a leader became known */
         uint64_t reads_via_parent; /* eventual reads of a new child's key served by its parent */
+        uint64_t strong_via_parent; /* strong reads of a new child's key sent to its parent */
     } counters;
 
     op *live; /* every op alive */
@@ -1224,6 +1226,29 @@ static bool read_via_parent(op *o, const meta_partition *mp, uint64_t min_index)
     return true;
 }
 
+/*
+ * A strong read of a key the map has just given a split's child goes once to the parent
+ * while this node's replica of the parent still owns the key, as writes do: the child
+ * has no leader until its makers have flushed and elected one (about 100 ms under load,
+ * during which every read of its half waited for it). The parent's leader answers only
+ * if the key is still in its range once the read is confirmed and its read index
+ * applied; a leader that has applied the SPLIT by then refuses, and the read goes on to
+ * the child. Returns the partition to read.
+ */
+static const meta_partition *strong_read_via_parent(op *o, const meta_partition *mp)
+{
+    const meta_partition *parent = split_parent_owning(o->c, mp, o->hash);
+    if (parent == NULL)
+        return mp;
+    const lpart *lp = lpart_find(o->c, parent->id);
+    o->via_parent = true;
+    o->pid = parent->id;
+    o->exp_lo = lp->desc.hash_lo;
+    o->exp_hi = lp->desc.hash_hi;
+    o->c->counters.strong_via_parent++;
+    return parent;
+}
+
 static void read_attempt(op *o)
 {
     rcluster *c = o->c;
@@ -1249,6 +1274,8 @@ static void read_attempt(op *o)
     uint64_t min_index = seen_get(c, o->pid);
     if (o->rekey && !strong && read_via_parent(o, mp, min_index))
         return;
+    if (o->rekey && strong && !o->via_parent)
+        mp = strong_read_via_parent(o, mp);
     if (!strong && local_replica_fresh(c, o->pid, min_index) &&
         op_fits(o, &lpart_find(c, o->pid)->desc)) {
         read_local(o, lpart_find(c, o->pid));
@@ -4890,8 +4917,9 @@ void rcluster_status_json(rcluster *c, buf *out)
                meta_leader(c), c->meta_index);
     buf_printf(out,
                "\"router\":{\"retries\":%" PRIu64 ",\"woken_by_leader\":%" PRIu64
-               ",\"reads_via_parent\":%" PRIu64 "},",
-               c->counters.retries, c->counters.woken_by_leader, c->counters.reads_via_parent);
+               ",\"reads_via_parent\":%" PRIu64 ",\"strong_via_parent\":%" PRIu64 "},",
+               c->counters.retries, c->counters.woken_by_leader, c->counters.reads_via_parent,
+               c->counters.strong_via_parent);
     buf_printf(out, "\"loop\":{\"lag_max_ms\":%.1f,\"lags_over_%dms\":%" PRIu64 "},",
                (double)c->lag_max_us / 1000.0, LAG_SLOW_MS, c->lags_slow);
     buf_printf(out, "\"nodes\":[");

@@ -15,9 +15,10 @@ Usage: split.py STRATAD [STRATA]
     given): the same checks hold. DescribeTable's ItemCount counts every item throughout.
  6. With no write load, a partition is split: its child gets no write (its leader's no-op
     lets it compact its log whole, at an index the engine applied). Meanwhile a process per
-    node reads the keys of the child's half (eventually consistent, raw HTTP): every read
-    returns its item, and the nodes' parent replicas answered some of them while the child
-    had no fresh local replica (the routers' reads_via_parent counter). All nodes restart (a
+    node reads the keys of the child's half (eventually and strongly consistent in turn, raw
+    HTTP): every read returns its item, the nodes' parent replicas answered some eventual
+    ones while the child had no fresh local replica (the routers' reads_via_parent counter),
+    and some strong ones went to the parent's leader (strong_via_parent). All nodes restart (a
     child compacted at a barrier's index could not: "the state machine is at 1 but the log
     starts at 3"): the same checks hold.
  7. Another idle split, and at once a fourth node (az1) joins: the scheduler moves
@@ -297,7 +298,8 @@ class Load:
 
 def child_reader(port, keys, stop, out):
     """Process body of ChildReads: GetItems of `keys` (key -> value) through one node until
-    `stop` is set; puts (reads, retried, errors) on `out`."""
+    `stop` is set, eventually and strongly consistent in turn; puts (reads, retried,
+    errors) on `out`."""
     conn, i, reads, retried, errors = None, 0, 0, 0, []
     headers = {"Content-Type": "application/x-amz-json-1.0",
                "X-Amz-Target": "DynamoDB_20120810.GetItem",
@@ -307,11 +309,12 @@ def child_reader(port, keys, stop, out):
     order = sorted(keys)
     while not stop.is_set() and len(errors) < 20:
         k = order[i % len(order)]
+        strong = i % 2 == 1
         i += 1
         try:
             conn = conn or http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-            conn.request("POST", "/", json.dumps({"TableName": TABLE,
-                                                  "Key": {"pk": {"S": k}}}), headers)
+            conn.request("POST", "/", json.dumps({"TableName": TABLE, "Key": {"pk": {"S": k}},
+                                                  "ConsistentRead": strong}), headers)
             r = conn.getresponse()
             body = r.read()
             if r.status in (500, 503):
@@ -319,8 +322,9 @@ def child_reader(port, keys, stop, out):
                 continue
             got = json.loads(body).get("Item", {}).get("v", {}).get("S")
             if r.status != 200 or got != keys[k]:
-                errors.append("eventual read of %s through :%d: %d %s"
-                              % (k, port, r.status, body[:200]))
+                errors.append("%s read of %s through :%d: %d %s"
+                              % ("strong" if strong else "eventual", k, port, r.status,
+                                 body[:200]))
             reads += 1
         except (OSError, http.client.HTTPException, ValueError) as e:
             errors.append("through :%d: %r" % (port, e))
@@ -330,12 +334,13 @@ def child_reader(port, keys, stop, out):
 
 
 class ChildReads:
-    """Eventually consistent GetItems through every node (one process each, raw keep-alive
-    HTTP: many more per second than boto3 threads) of the keys in the half of partition
-    `pid` that its next split gives to the child: the reads a node's replica of the parent
-    answers while the child has no fresh local replica yet. Each read must return the
-    acknowledged item; 500 and 503 are retried (as clients do); any other answer is an
-    error."""
+    """GetItems, eventually and strongly consistent in turn, through every node (one process
+    each, raw keep-alive HTTP: many more per second than boto3 threads) of the keys in the
+    half of partition `pid` that its next split gives to the child: the reads a node's
+    replica of the parent answers while the child has no fresh local replica yet, and the
+    strong ones the parent's leader answers while the child has no leader yet. Each read
+    must return the acknowledged item; 500 and 503 are retried (as clients do); any other
+    answer is an error."""
 
     def __init__(self, nodes, pid, acked):
         p = [p for p in table_parts(nodes[0]) if p["id"] == pid][0]
@@ -372,7 +377,7 @@ class ChildReads:
         self.reads = sum(r[0] for r in results)
         self.retried = sum(r[1] for r in results)
         errors = [e for r in results for e in r[2]]
-        assert not errors, "eventual reads of the child's keys: %s" % errors[:5]
+        assert not errors, "reads of the child's keys: %s" % errors[:5]
 
 
 def router_counters(nodes):
@@ -469,6 +474,7 @@ def main():
         # node, while the split happens (reads do not make it any less idle: no writes).
         child_reads = ChildReads(nodes, parents[1], acked)
         via_before = router_counters(nodes).get("reads_via_parent", 0)
+        strong_before = router_counters(nodes).get("strong_via_parent", 0)
         idle = split(nodes[2], parents[1])
         poll(lambda: settled(nodes, 10), "10 partitions led and served everywhere")
         child_reads.end()
@@ -476,12 +482,15 @@ def main():
         assert int(child["hash_lo"], 16) == child_reads.split_hash, (child,
                                                                      child_reads.split_hash)
         via = router_counters(nodes).get("reads_via_parent", 0) - via_before
-        # The path under test ran: parents answered reads of the new child's keys.
+        strong_via = router_counters(nodes).get("strong_via_parent", 0) - strong_before
+        # The paths under test ran: parents answered reads of the new child's keys.
         assert via > 0, "no eventual read of the child's keys went to a parent replica"
-        log("idle split of %d (-> %d): %d eventual reads of the %d keys of the child's half "
-            "through every node, all right (%d answers 5xx, retried); the parent's replica "
-            "answered %d of them" % (parents[1], idle, child_reads.reads, len(child_reads.keys),
-                                     child_reads.retried, via))
+        assert strong_via > 0, "no strong read of the child's keys went to the parent"
+        log("idle split of %d (-> %d): %d eventual and strong reads of the %d keys of the "
+            "child's half through every node, all right (%d answers 5xx, retried); the "
+            "parent's replica answered %d eventual ones, %d strong ones went to the parent"
+            % (parents[1], idle, child_reads.reads, len(child_reads.keys), child_reads.retried,
+               via, strong_via))
         poll(lambda: compacted_whole(idle), "idle child %d compacted whole everywhere" % idle)
         for n in nodes:
             n.stop()
