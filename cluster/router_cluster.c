@@ -1039,6 +1039,22 @@ static const meta_partition *split_parent_owning(const rcluster *c, const meta_p
     return left;
 }
 
+/* The partition a write or a strong read of one key is sent to: once per op, the parent
+ * split_parent_owning names (the child may have no leader yet: writes to it were refused,
+ * strong reads of its half waited about 100 ms for its first one); else mp. The parent
+ * answers only while the key is in its range when the op runs there (a write is applied
+ * before the SPLIT or comes back MOVED; a strong read is served only if the key is still
+ * in the leader's range once confirmed and its read index applied, else it comes back),
+ * and the op goes on to mp. */
+static const meta_partition *via_parent_once(op *o, const meta_partition *mp)
+{
+    const meta_partition *parent = o->via_parent ? NULL : split_parent_owning(o->c, mp, o->hash);
+    if (parent == NULL)
+        return mp;
+    o->via_parent = true;
+    return parent;
+}
+
 static void write_attempt(op *o)
 {
     rcluster *c = o->c;
@@ -1048,12 +1064,7 @@ static void write_attempt(op *o)
         op_fail_code(o, ERR_RESOURCE_NOT_FOUND, "Requested resource not found");
         return;
     }
-    /* Once per write: a parent that answered MOVED (or failed) is not asked again. */
-    const meta_partition *parent = o->via_parent ? NULL : split_parent_owning(c, mp, o->hash);
-    if (parent != NULL) {
-        o->via_parent = true;
-        mp = parent;
-    }
+    mp = via_parent_once(o, mp);
     o->pid = mp->id;
     uint64_t target = pick_leader(c, mp, o->attempt);
     strata_err err;
@@ -1226,29 +1237,6 @@ static bool read_via_parent(op *o, const meta_partition *mp, uint64_t min_index)
     return true;
 }
 
-/*
- * A strong read of a key the map has just given a split's child goes once to the parent
- * while this node's replica of the parent still owns the key, as writes do: the child
- * has no leader until its makers have flushed and elected one (about 100 ms under load,
- * during which every read of its half waited for it). The parent's leader answers only
- * if the key is still in its range once the read is confirmed and its read index
- * applied; a leader that has applied the SPLIT by then refuses, and the read goes on to
- * the child. Returns the partition to read.
- */
-static const meta_partition *strong_read_via_parent(op *o, const meta_partition *mp)
-{
-    const meta_partition *parent = split_parent_owning(o->c, mp, o->hash);
-    if (parent == NULL)
-        return mp;
-    const lpart *lp = lpart_find(o->c, parent->id);
-    o->via_parent = true;
-    o->pid = parent->id;
-    o->exp_lo = lp->desc.hash_lo;
-    o->exp_hi = lp->desc.hash_hi;
-    o->c->counters.strong_via_parent++;
-    return parent;
-}
-
 static void read_attempt(op *o)
 {
     rcluster *c = o->c;
@@ -1258,7 +1246,10 @@ static void read_attempt(op *o)
         op_fail_code(o, ERR_RESOURCE_NOT_FOUND, "Requested resource not found");
         return;
     }
-    if (o->rekey) { /* one key: whichever partition owns it now */
+    if (o->rekey) { /* one key: whichever partition owns it now (or its parent, strong) */
+        const meta_partition *asked = o->req->consistent ? via_parent_once(o, mp) : mp;
+        c->counters.strong_via_parent += asked != mp;
+        mp = asked;
         o->pid = mp->id;
         o->exp_lo = mp->hash_lo;
         o->exp_hi = mp->hash_hi;
@@ -1274,8 +1265,6 @@ static void read_attempt(op *o)
     uint64_t min_index = seen_get(c, o->pid);
     if (o->rekey && !strong && read_via_parent(o, mp, min_index))
         return;
-    if (o->rekey && strong && !o->via_parent)
-        mp = strong_read_via_parent(o, mp);
     if (!strong && local_replica_fresh(c, o->pid, min_index) &&
         op_fits(o, &lpart_find(c, o->pid)->desc)) {
         read_local(o, lpart_find(c, o->pid));
