@@ -3827,10 +3827,9 @@ static bool join_allowed(rcluster *c, const meta_partition *mp)
     buf_free(&b);
     if (jc->pending > 0 || jc->refused)
         return false;
-    /* Nobody else to ask (nobody else reachable): a majority of voters cannot answer. */
-    bool alone = join_majority_whole(mp, 0);
+    /* Nobody else to ask (nobody else reachable): no majority of voters can answer. */
     join_check_free(c, jc);
-    return alone;
+    return false;
 }
 
 /* Starts a replica the map gives this node. Its range is its record's (the range as of
