@@ -845,6 +845,31 @@ static void test_read_index_deposed_leader_never_serves(void **state)
     cluster_stop();
 }
 
+/* A new leader that has not committed an entry of its term may not know every committed
+ * entry yet: its first read takes a barrier entry (one of its term); once that is
+ * committed, reads go by leadership checks and append nothing. */
+static void test_read_index_new_leader_takes_a_barrier(void **state)
+{
+    (void)state;
+    strata_err err;
+    cluster_start();
+    int l = cluster_elect();
+    assert_int_not_equal(l, 0);
+    uint64_t last = last_index_of(l);
+    outcome_rec r1 = {0}, r2 = {0};
+    assert_int_equal(raft_host_read_index(ch[l], 1, record, &r1, &err), 0);
+    for (int r = 0; r < 20 && r1.calls == 0; r++)
+        cluster_round();
+    assert_int_equal(r1.code, ERR_NONE);
+    assert_int_equal(last_index_of(l), last + 1); /* the barrier */
+    assert_int_equal(raft_host_read_index(ch[l], 1, record, &r2, &err), 0);
+    for (int r = 0; r < 20 && r2.calls == 0; r++)
+        cluster_round();
+    assert_int_equal(r2.code, ERR_NONE);
+    assert_int_equal(last_index_of(l), last + 1);
+    cluster_stop();
+}
+
 /* A group of one voter confirms its own reads at once. */
 static void test_read_index_single_voter(void **state)
 {
@@ -2353,6 +2378,7 @@ int main(void)
         cmocka_unit_test(test_deposed_leader_fails_pending),
         cmocka_unit_test(test_read_index_confirms_without_an_entry),
         cmocka_unit_test(test_read_index_deposed_leader_never_serves),
+        cmocka_unit_test(test_read_index_new_leader_takes_a_barrier),
         cmocka_unit_test(test_read_index_single_voter),
         cmocka_unit_test(test_compact_rules),
         cmocka_unit_test(test_start_from_snapshot_point),
