@@ -9,6 +9,12 @@
  * times, and every PutItem's apply reads its item first. The index is bounded
  * (INDEX_SLOTS_MAX), so growing it never stalls the loop for long: once full it stops
  * taking new keys but keeps the keys it has current, and a key it lacks is searched for.
+ *
+ * Writes use the index too. A new version of a key the index holds sorts just before that
+ * key's newest node (same user key, higher sequence), so its neighbours are known without a
+ * search: level 0 is doubly linked, and the predecessors on the levels above are found by
+ * walking back from there (a few steps: a node reaches level i with probability 4^-i). On
+ * a PutItem load that rewrites its items this replaces a dozen cache misses per write.
  */
 #include <assert.h>
 #include <stdlib.h>
@@ -23,11 +29,15 @@
 /* 64 Ki slots of 16 bytes (1 MiB), at most half used: rehashing 32 Ki keys is quick. */
 #define INDEX_SLOTS_MIN 256
 #define INDEX_SLOTS_MAX (1u << 16)
+/* Steps back along level 0 that mem_add takes to find a new version's predecessors
+ * before it searches from the top instead (a tall node far back). */
+#define WALK_BACK_MAX 32
 
 typedef struct mem_node mem_node;
 struct mem_node {
     uint32_t klen; /* internal key length */
     uint32_t vlen;
+    mem_node *prev;   /* on level 0; the head for the first node, NULL for the head */
     mem_node *next[]; /* height entries, then key bytes, then value bytes */
 };
 
@@ -182,6 +192,15 @@ static void index_add(memtable *m, mem_node *x, const uint8_t *k, size_t n)
     m->index_used++;
 }
 
+/* The slot of user key k if the index holds the key, else NULL. */
+static index_slot *index_holding(const memtable *m, const uint8_t *k, size_t n)
+{
+    if (m->index_cap == 0)
+        return NULL;
+    index_slot *slot = index_find(m, XXH3_64bits(k, n), k, n);
+    return slot->node != NULL ? slot : NULL;
+}
+
 /* mem_get through the index: 1 found (*found set), 0 absent, -1 the index cannot tell
  * (the key is not in it but may be in the memtable, or its newest entry is above snap). */
 static int index_get(const memtable *m, const uint8_t *k, size_t n, uint64_t snap,
@@ -280,21 +299,6 @@ static mem_node *find_ge(const memtable *m, const uint8_t *k, size_t n, mem_node
     return x->next[0];
 }
 
-static mem_node *find_lt(const memtable *m, const uint8_t *k, size_t n)
-{
-    mem_node *x = m->head;
-    for (int level = m->height - 1; level >= 0; level--) {
-        for (;;) {
-            mem_node *nx = x->next[level];
-            if (nx != NULL && node_cmp(nx, k, n) < 0)
-                x = nx;
-            else
-                break;
-        }
-    }
-    return x == m->head ? NULL : x;
-}
-
 static mem_node *find_last(const memtable *m)
 {
     mem_node *x = m->head;
@@ -302,6 +306,24 @@ static mem_node *find_last(const memtable *m)
         while (x->next[level] != NULL)
             x = x->next[level];
     return x == m->head ? NULL : x;
+}
+
+/* The predecessors on levels 0..h-1 of a node that goes just before `next` (a node with
+ * the same user key and a lower sequence), by walking back from it; false when that
+ * takes more than WALK_BACK_MAX steps. */
+static bool preds_before(const mem_node *next, int h, mem_node **prev)
+{
+    mem_node *x = next->prev;
+    int steps = 0;
+    for (int level = 0; level < h; level++) {
+        while (node_height(x) <= level) {
+            if (++steps > WALK_BACK_MAX)
+                return false;
+            x = x->prev;
+        }
+        prev[level] = x;
+    }
+    return true;
 }
 
 bool mem_add(memtable *m, uint64_t seq, int type, const void *key, size_t klen, const void *val,
@@ -322,9 +344,14 @@ bool mem_add(memtable *m, uint64_t seq, int type, const void *key, size_t klen, 
         memcpy(k + iklen, val, vlen);
 
     mem_node *prev[MAX_HEIGHT];
-    mem_node *ge = find_ge(m, k, iklen, prev);
-    assert(ge == NULL || node_cmp(ge, k, iklen) != 0);
-    (void)ge;
+    index_slot *slot = index_holding(m, k, klen);
+    if (slot == NULL || node_trailer(slot->node) >= trailer_pack(seq, type) || h > m->height ||
+        !preds_before(slot->node, h, prev)) {
+        slot = NULL;
+        mem_node *ge = find_ge(m, k, iklen, prev);
+        assert(ge == NULL || node_cmp(ge, k, iklen) != 0);
+        (void)ge;
+    }
     if (h > m->height) {
         for (int i = m->height; i < h; i++)
             prev[i] = m->head;
@@ -334,7 +361,13 @@ bool mem_add(memtable *m, uint64_t seq, int type, const void *key, size_t klen, 
         x->next[i] = prev[i]->next[i];
         prev[i]->next[i] = x;
     }
-    index_add(m, x, k, klen);
+    x->prev = prev[0];
+    if (x->next[0] != NULL)
+        x->next[0]->prev = x;
+    if (slot != NULL)
+        slot->node = x; /* the key's newest node now */
+    else
+        index_add(m, x, k, klen);
     m->count++;
     return true;
 }
@@ -475,7 +508,7 @@ static void mi_next(iter *it)
 static void mi_prev(iter *it)
 {
     mem_iter *mi = (mem_iter *)it;
-    mi->x = find_lt(mi->m, nkey(mi->x), node_klen(mi->x));
+    mi->x = mi->x->prev == mi->m->head ? NULL : mi->x->prev;
 }
 static bool mi_valid(const iter *it)
 {

@@ -908,6 +908,98 @@ static void big_keys_and_values_survive_flush_and_reopen(void **state)
     close_db(&f->loop, db);
 }
 
+/* A new version of a key the memtable's index holds is linked in without a search, from
+ * its neighbours (level 0 is doubly linked): every level must stay in order all the same.
+ * Many versions of few keys, some older than the key's newest (those are searched for),
+ * new keys among them; then the whole order forwards and backwards, and seeks, which use
+ * the upper levels, against a sorted model. */
+#define VER_KEYS  600
+#define VER_ADDS  30000
+#define VER_SEEKS 4000
+typedef struct {
+    uint8_t ik[40]; /* internal key */
+    size_t n;
+} ver_entry;
+
+static int ver_cmp(const void *a, const void *b)
+{
+    const ver_entry *x = a, *y = b;
+    return ikey_cmp(x->ik, x->n, y->ik, y->n);
+}
+
+static ver_entry ver_make(int k, uint64_t seq, int type)
+{
+    ver_entry e;
+    int n = snprintf((char *)e.ik, sizeof e.ik, "k%0*d", 1 + k % 7, k); /* lengths vary */
+    trailer_put(e.ik + n, trailer_pack(seq, type));
+    e.n = (size_t)n + TRAILER_SIZE;
+    return e;
+}
+
+static void memtable_versions_keep_every_level_in_order(void **state)
+{
+    (void)state;
+    memtable *m = mem_new(1 << 20);
+    assert_non_null(m);
+    static ver_entry sorted[VER_ADDS];
+    static uint64_t newest[VER_KEYS];
+    uint64_t seq = 1000000;
+    srand(7);
+    for (int i = 0; i < VER_ADDS; i++) {
+        /* mostly a few hot keys, as a PutItem load; now and then any key */
+        int k = rand() % 4 ? rand() % 20 : rand() % VER_KEYS;
+        /* one in ten: older than the key's newest version, below every sequence yet used */
+        uint64_t s = newest[k] != 0 && rand() % 10 == 0 ? (uint64_t)(VER_ADDS - i) : ++seq;
+        int type = rand() % 8 == 0 ? TYPE_DEL : TYPE_PUT;
+        sorted[i] = ver_make(k, s, type);
+        if (s > newest[k])
+            newest[k] = s;
+        size_t un = sorted[i].n - TRAILER_SIZE;
+        assert_true(mem_add(m, s, type, sorted[i].ik, un, &i, type == TYPE_PUT ? sizeof i : 0));
+    }
+    qsort(sorted, VER_ADDS, sizeof *sorted, ver_cmp);
+    iter *it = mem_iter_new(m);
+    assert_non_null(it);
+    size_t n;
+    it->first(it);
+    for (int i = 0; i < VER_ADDS; i++, it->next(it)) {
+        assert_true(it->valid(it));
+        const uint8_t *k = it->key(it, &n);
+        assert_int_equal(ikey_cmp(k, n, sorted[i].ik, sorted[i].n), 0);
+    }
+    assert_false(it->valid(it));
+    it->last(it);
+    for (int i = VER_ADDS - 1; i >= 0; i--, it->prev(it)) {
+        assert_true(it->valid(it));
+        const uint8_t *k = it->key(it, &n);
+        assert_int_equal(ikey_cmp(k, n, sorted[i].ik, sorted[i].n), 0);
+    }
+    assert_false(it->valid(it));
+    for (int i = 0; i < VER_SEEKS; i++) {
+        ver_entry probe =
+            ver_make(rand() % (VER_KEYS + 10), (uint64_t)rand() % (seq + 10), TYPE_PUT);
+        ver_entry *lo = sorted, *end = sorted + VER_ADDS;
+        size_t len = VER_ADDS;
+        while (len > 0) { /* the first model entry >= probe */
+            size_t half = len / 2;
+            if (ver_cmp(lo + half, &probe) < 0) {
+                lo += half + 1;
+                len -= half + 1;
+            } else {
+                len = half;
+            }
+        }
+        it->seek(it, probe.ik, probe.n);
+        assert_int_equal(it->valid(it), lo != end);
+        if (lo != end) {
+            const uint8_t *k = it->key(it, &n);
+            assert_int_equal(ikey_cmp(k, n, lo->ik, lo->n), 0);
+        }
+    }
+    it->destroy(it);
+    mem_unref(m);
+}
+
 /* mem_get goes through the memtable's hash index when it has the key and may tell, and
  * searches the skiplist otherwise: past the index's bound (more keys than it takes), for
  * snapshots older than a key's newest entry, and for deletions. Every answer must be the
@@ -999,6 +1091,7 @@ int main(void)
                                         fixture_teardown),
         cmocka_unit_test(u64map_delete_keeps_every_other_key),
         cmocka_unit_test(memtable_reads_agree_past_the_index_bound),
+        cmocka_unit_test(memtable_versions_keep_every_level_in_order),
         cmocka_unit_test_setup_teardown(range_delete_hides_and_compaction_drops, fixture_setup,
                                         fixture_teardown),
         cmocka_unit_test_setup_teardown(range_delete_drops_whole_files, fixture_setup,
