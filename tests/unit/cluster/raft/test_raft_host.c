@@ -870,6 +870,51 @@ static void test_read_index_new_leader_takes_a_barrier(void **state)
     cluster_stop();
 }
 
+/* While a configuration change is uncommitted, the voters a read index round must reach
+ * are not settled: the read takes a barrier entry instead, committed under the new
+ * configuration, and is served once that commits. */
+static void test_read_index_during_a_change_takes_a_barrier(void **state)
+{
+    (void)state;
+    strata_err err;
+    cluster_start();
+    int l = cluster_write(1);
+    int f1 = l % 3 + 1, f2 = f1 % 3 + 1;
+    raft_host_member demoted[] = {{(uint64_t)l, true}, {(uint64_t)f1, true}, {(uint64_t)f2, false}};
+    outcome_rec c = {0};
+    assert_int_equal(raft_host_change(ch[l], 1, demoted, 3, record, &c, &err), 0);
+    raft_host_member out[4];
+    size_t n;
+    bool unc = false;
+    for (int r = 0; r < 20; r++) {
+        assert_int_equal(raft_host_configuration(ch[l], 1, out, 4, &n, &unc, &err), 0);
+        if (unc)
+            break;
+        cluster_round();
+    }
+    assert_true(unc);
+    /* Nothing commits while both followers are cut off: the change stays uncommitted. */
+    cut[f1] = cut[f2] = true;
+    uint64_t last = last_index_of(l);
+    outcome_rec rd = {0};
+    assert_int_equal(raft_host_read_index(ch[l], 1, record, &rd, &err), 0);
+    assert_int_equal(last_index_of(l), last + 1); /* the barrier */
+    int checks, answers;
+    count_checks(&checks, &answers);
+    assert_int_equal(checks, 0); /* and no read index round */
+    for (int r = 0; r < 8; r++)
+        cluster_round();
+    assert_int_equal(rd.calls, 0);
+    cut[f1] = cut[f2] = false;
+    for (int r = 0; r < 40 && (rd.calls == 0 || c.calls == 0); r++)
+        cluster_round();
+    assert_int_equal(c.calls, 1);
+    assert_int_equal(c.code, ERR_NONE);
+    assert_int_equal(rd.calls, 1);
+    assert_int_equal(rd.code, ERR_NONE);
+    cluster_stop();
+}
+
 /* A group of one voter confirms its own reads at once. */
 static void test_read_index_single_voter(void **state)
 {
@@ -2380,6 +2425,7 @@ int main(void)
         cmocka_unit_test(test_read_index_deposed_leader_never_serves),
         cmocka_unit_test(test_read_index_new_leader_takes_a_barrier),
         cmocka_unit_test(test_read_index_single_voter),
+        cmocka_unit_test(test_read_index_during_a_change_takes_a_barrier),
         cmocka_unit_test(test_compact_rules),
         cmocka_unit_test(test_start_from_snapshot_point),
         cmocka_unit_test(test_install_retry_and_stop),
