@@ -2788,8 +2788,9 @@ int raft_host_campaign_soon(raft_host *h, uint64_t group_id, strata_err *err)
     g->fast_until = now_ms(h) + h->cfg.election_timeout_ms;
     /* Short: the other replicas usually hold the group within milliseconds; until they
      * do, a pre-vote that finds no one costs a message and no term. A slow vote round
-     * makes it longer (fast_election_check). */
-    unsigned soon = h->cfg.heartbeat_timeout_ms / 10;
+     * makes it longer (fast_election_check). A tenth of a heartbeat (10 to 20 ms) was
+     * most of a split's pause once the replicas held the child. */
+    unsigned soon = h->cfg.heartbeat_timeout_ms / 100;
     g->fast_timeout = soon > 0 ? soon : 1;
     g->fast_term = raft_current_term(&g->raft);
     raft_set_election_timeout(&g->raft, g->fast_timeout);

@@ -395,13 +395,14 @@ int raft_host_read_index(raft_host *h, uint64_t group, raft_host_done_cb cb, voi
 
 bool raft_host_is_leader(const raft_host *h, uint64_t group);
 /*
- * Makes this replica stand for election after a tenth of a heartbeat timeout (doubling at
- * each new term while no leader is known, up to a heartbeat timeout) rather than a whole
- * election timeout: for a group just created by a split, on the node that led the
- * parent, so that the new range has a leader in milliseconds instead of a second or two
- * of refused writes. The usual timeout returns once the group has a leader, or after one
- * election timeout. Nothing changes for a group that has a leader, is not a follower, or
- * is an unconfirmed replica. ERR_NOT_FOUND for a group not started here.
+ * Makes this replica stand for election after a hundredth of a heartbeat timeout (C-Raft
+ * draws it from [t, 2t); doubling at each new term while no leader is known, up to a
+ * heartbeat timeout) rather than a whole election timeout: for a group just created by a
+ * split, on the node that led the parent, so that the new range has a leader in
+ * milliseconds instead of a second or two of refused writes. The usual timeout returns
+ * once the group has a leader, or after one election timeout. Nothing changes for a group
+ * that has a leader, is not a follower, or is an unconfirmed replica. ERR_NOT_FOUND for a
+ * group not started here.
  */
 int raft_host_campaign_soon(raft_host *h, uint64_t group, strata_err *err);
 
