@@ -149,6 +149,13 @@ enum {
  * engine. 0xFF starts no protobuf message (as SPLIT_CMD_MAGIC0); 'N' is not the SPLIT's. */
 #define ENTRY_CHILD_NOOP0 0xFF
 #define ENTRY_CHILD_NOOP1 'N'
+/* Log entry a parent's leader appends before its SPLIT (follow_map_splits): changes no
+ * data, records its index, and makes every replica flush its engine now, so that the
+ * flush the SPLIT waits for (split_write) finds a small memtable: the child's half of the
+ * range takes no writes from the SPLIT until the child has a leader. */
+#define ENTRY_FLUSH_HINT0  0xFF
+#define ENTRY_FLUSH_HINT1  'F'
+#define SPLIT_HINT_WAIT_MS 1000 /* a leader proposes its SPLIT after this long regardless */
 #define JOIN_CHECK_MS     250 /* an empty replica asks the members again this often */
 #define STATUS_CAUGHT_UP  1   /* MSG_GROUP_STATUS answer bits */
 #define STATUS_FEEDS_WHOLE 2
@@ -164,7 +171,7 @@ typedef enum {
     SPLIT_WRITE,   /* write the range records (range id = the parent, the entry's index),
                       shrink the parent and let its log go on */
     SPLIT_FLUSH,   /* flushing: the records must be durable before the child starts */
-    SPLIT_REFLUSH, /* that flush failed: flush again */
+    SPLIT_REFLUSH, /* that flush failed, or waits for a flush hint's: flush (again) */
     SPLIT_READY,   /* durable: create the child */
 } split_state;
 
@@ -190,6 +197,8 @@ typedef struct lpart {
     partition_desc split_child;     /* from SPLIT_FLUSH on: the child's range */
     partition_stats split_share;    /* and its share of the parent's figures */
     uint64_t split_proposed; /* leader: when it last proposed a SPLIT (ms) */
+    uint64_t hint_at;        /* leader: when its flush hint for the next SPLIT went in */
+    uint64_t hint_flush;     /* the hint flush its last hint entry joined (0: none) */
     uint64_t auto_split_at;  /* leader: when it last asked for an automatic split (ms) */
     uint64_t hot_key_said;   /* leader: when it last reported a hot key that blocks one */
     bool child_flushing;     /* child: flushing before its first compaction */
@@ -202,6 +211,21 @@ typedef struct lpart {
     uint64_t load_at;
     uint64_t load;
 } lpart;
+
+/* A Raft message for a child replica this node is about to start (its parent applies the
+ * SPLIT, or the flush before the child starts is under way). The child's leader may be
+ * elected by the other replicas first, and its AppendEntries, dropped here for want of
+ * the group, would come again only a heartbeat later: meanwhile this node's requests for
+ * the child's range wait. Kept, bounded, and delivered once the child starts. */
+typedef struct early_msg {
+    struct early_msg *next;
+    uint64_t group, from, at;
+    size_t len;
+    uint8_t data[];
+} early_msg;
+#define EARLY_MSGS_MAX  64
+#define EARLY_BYTES_MAX (1u << 20)
+#define EARLY_KEEP_MS   2000 /* older ones are dropped: the leader has sent again by then */
 
 /* An empty replica about to join a partition asks the partition's other members whether
  * the log they could send it rebuilds the state (start_replica, join_allowed). */
@@ -308,7 +332,12 @@ struct rcluster {
     join_slot *join;
     size_t n_join;
 
+    early_msg *early; /* oldest first */
+    size_t n_early, early_bytes;
     lsm *engine;
+    /* Engine flushes started by flush hints: one at a time, numbered from 1; the last
+     * one started and the last one done. */
+    uint64_t hint_flush_started, hint_flush_done;
     wal *log;
     raft_wal_storage rws;
     raft_host *host;
@@ -346,6 +375,8 @@ struct rcluster {
         uint64_t woken_by_leader;  /* of those, run early because a leader became known */
         uint64_t reads_via_parent; /* eventual reads of a new child's key served by its parent */
         uint64_t strong_via_parent; /* strong reads of a new child's key sent to its parent */
+        uint64_t flush_hints;       /* SPLIT flush hints applied here (apply_flush_hint) */
+        uint64_t early_delivered;   /* Raft messages kept for a child until it started */
     } counters;
 
     op *live; /* every op alive */
@@ -1517,7 +1548,7 @@ static int apply_split(rcluster *c, lpart *lp, uint64_t index, const void *cmd, 
 
 /* A child leader's no-op entry: records its index in the engine (an empty batch), so a
  * child that gets no write still has a durable index past 1 to compact its log at. */
-static int apply_child_noop(rcluster *c, lpart *lp, uint64_t index)
+static int apply_noop(rcluster *c, lpart *lp, uint64_t index)
 {
     strata_err err;
     lsm_batch *b = lsm_batch_new();
@@ -1533,6 +1564,35 @@ static int apply_child_noop(rcluster *c, lpart *lp, uint64_t index)
     return -1;
 }
 
+static void on_hint_flushed(void *arg, const strata_err *err)
+{
+    rcluster *c = arg;
+    (void)err; /* a failed flush is sticky: the SPLIT's own flush reports it */
+    c->hint_flush_done = c->hint_flush_started;
+    kick(c); /* a leader waiting to propose its SPLIT, a SPLIT waiting to flush */
+}
+
+static bool hint_flush_running(const rcluster *c)
+{
+    return c->hint_flush_done != c->hint_flush_started;
+}
+
+/* A flush hint (ENTRY_FLUSH_HINT0): recorded like a no-op, and the engine flushes unless
+ * a hint's flush is running already (it shrinks the memtable just as well). */
+static int apply_flush_hint(rcluster *c, lpart *lp, uint64_t index)
+{
+    int rc = apply_noop(c, lp, index);
+    if (rc != 0)
+        return rc;
+    if (!hint_flush_running(c)) {
+        c->hint_flush_started++;
+        lsm_flush(c->engine, on_hint_flushed, c);
+    }
+    lp->hint_flush = c->hint_flush_started;
+    c->counters.flush_hints++;
+    return 0;
+}
+
 static int apply_partition(rcluster *c, uint64_t group, uint64_t index, const void *cmd, size_t len,
                            void **result, size_t *result_len)
 {
@@ -1545,7 +1605,9 @@ static int apply_partition(rcluster *c, uint64_t group, uint64_t index, const vo
     if (split_cmd_is(b, len))
         return apply_split(c, lp, index, cmd, len);
     if (len == 2 && b[0] == ENTRY_CHILD_NOOP0 && b[1] == ENTRY_CHILD_NOOP1)
-        return apply_child_noop(c, lp, index);
+        return apply_noop(c, lp, index);
+    if (len == 2 && b[0] == ENTRY_FLUSH_HINT0 && b[1] == ENTRY_FLUSH_HINT1)
+        return apply_flush_hint(c, lp, index);
     bool has_hash = len >= 9 && b[0] == ENTRY_WRITE;
     uint64_t h = has_hash ? get_be64(b + 1) : 0;
     if (has_hash) {
@@ -2413,6 +2475,36 @@ static void on_split_proposed(void *data, const raft_host_outcome *out)
         fprintf(stderr, "stratad: a SPLIT entry did not commit; the leader proposes it again\n");
 }
 
+static void on_hint_proposed(void *data, const raft_host_outcome *out)
+{
+    (void)data;
+    (void)out; /* lost: follow_map_splits sends another after SPLIT_HINT_WAIT_MS */
+}
+
+/* Whether the leader of `lp` may propose its SPLIT now: once a flush hint it appended
+ * has been applied here and the flush it joined is done (the other replicas flush at
+ * about the same time), or SPLIT_HINT_WAIT_MS after the hint regardless. Appends the
+ * hint when none is under way. */
+static bool split_hint_done(rcluster *c, lpart *lp, uint64_t now)
+{
+    if (lp->hint_at != 0 && now - lp->hint_at < SPLIT_HINT_WAIT_MS) {
+        if (lp->hint_flush == 0 || c->hint_flush_done < lp->hint_flush)
+            return false;
+        lp->hint_at = 0; /* the next SPLIT of this partition sends a hint of its own */
+        return true;
+    }
+    if (lp->hint_at != 0) {
+        lp->hint_at = 0;
+        return true;
+    }
+    const uint8_t cmd[2] = {ENTRY_FLUSH_HINT0, ENTRY_FLUSH_HINT1};
+    lp->hint_flush = 0; /* set when the hint is applied here */
+    if (raft_host_submit(c->host, lp->id, cmd, sizeof cmd, on_hint_proposed, NULL, NULL) < 0)
+        return true; /* propose the SPLIT without one */
+    lp->hint_at = now;
+    return false;
+}
+
 /* On partition leaders: a local range wider than the map's means the map split the
  * partition; the leader carries that split into the partition's log, the highest child
  * first (the map may have split the range again meanwhile: the child that owns the top
@@ -2439,6 +2531,8 @@ static void follow_map_splits(rcluster *c)
         if (raft_host_configuration(c->host, lp->id, cur, META_MAX_MEMBERS + 2, &n, &pending,
                                     NULL) < 0 ||
             pending || n == 0 || n > SPLIT_MAX_MEMBERS)
+            continue;
+        if (!split_hint_done(c, lp, now))
             continue;
         split_cmd sc = {.child_id = ch->id, .split_hash = ch->hash_lo, .n_members = (uint32_t)n};
         for (size_t k = 0; k < n; k++)
@@ -3482,6 +3576,87 @@ static void on_request(void *ctx, uint64_t peer, uint32_t type, const uint8_t *d
     rpc_respond_error(resp, ERR_UNKNOWN_OPERATION, "unknown request type");
 }
 
+/* Whether `group` is the child of a SPLIT a local parent replica is applying, with this
+ * node among its members, or a partition of the map that this node holds no replica of
+ * yet and whose range a local replica still covers: the child of a SPLIT that replica
+ * has yet to apply (it may lag the others). */
+static bool child_starting(const rcluster *c, uint64_t group)
+{
+    const meta_partition *mp = meta_partition_find(c->meta, group);
+    bool awaited =
+        mp != NULL && meta_partition_has(mp, c->self, NULL) && lpart_find(c, group) == NULL;
+    for (size_t i = 0; i < c->n_parts; i++) {
+        const lpart *lp = &c->parts[i];
+        if (awaited && lp->desc.table_id == mp->table_id && lp->desc.hash_lo <= mp->hash_lo &&
+            mp->hash_hi <= lp->desc.hash_hi)
+            return true;
+        if (lp->split == SPLIT_NONE || lp->split_cmd.child_id != group)
+            continue;
+        for (uint32_t k = 0; k < lp->split_cmd.n_members; k++)
+            if (lp->split_cmd.members[k].node == c->self)
+                return true;
+    }
+    return false;
+}
+
+static void early_drop_first(rcluster *c)
+{
+    early_msg *m = c->early;
+    c->early = m->next;
+    c->n_early--;
+    c->early_bytes -= m->len;
+    free(m);
+}
+
+static void early_keep(rcluster *c, uint64_t group, uint64_t from, const uint8_t *data, size_t len)
+{
+    uint64_t now = now_ms(c);
+    while (c->early != NULL &&
+           (now - c->early->at > EARLY_KEEP_MS || c->n_early >= EARLY_MSGS_MAX ||
+            c->early_bytes + len > EARLY_BYTES_MAX))
+        early_drop_first(c);
+    if (len > EARLY_BYTES_MAX)
+        return;
+    early_msg *m = malloc(sizeof *m + len);
+    if (m == NULL)
+        return;
+    *m = (early_msg){.group = group, .from = from, .at = now, .len = len};
+    memcpy(m->data, data, len);
+    early_msg **tail = &c->early;
+    while (*tail != NULL)
+        tail = &(*tail)->next;
+    *tail = m;
+    c->n_early++;
+    c->early_bytes += len;
+}
+
+/* Delivers the kept messages of `group`, which has just started here, in arrival order. */
+static void early_deliver(rcluster *c, uint64_t group)
+{
+    early_msg *mine = NULL, **mine_tail = &mine;
+    for (early_msg **pm = &c->early; *pm != NULL;) {
+        early_msg *m = *pm;
+        if (m->group != group) {
+            pm = &m->next;
+            continue;
+        }
+        *pm = m->next;
+        c->n_early--;
+        c->early_bytes -= m->len;
+        m->next = NULL;
+        *mine_tail = m;
+        mine_tail = &m->next;
+    }
+    while (mine != NULL) {
+        early_msg *m = mine;
+        mine = m->next;
+        if (!c->closing &&
+            raft_host_receive(c->host, m->from, m->group, m->data, m->len, NULL) == 0)
+            c->counters.early_delivered++;
+        free(m);
+    }
+}
+
 static void on_message(void *ctx, uint64_t peer, uint32_t type, const uint8_t *data, size_t len)
 {
     rcluster *c = ctx;
@@ -3504,7 +3679,10 @@ static void on_message(void *ctx, uint64_t peer, uint32_t type, const uint8_t *d
     uint64_t group = 0;
     for (int i = 0; i < 8; i++)
         group = group << 8 | data[i];
-    raft_host_receive(c->host, peer, group, data + 8, len - 8, NULL);
+    strata_err err;
+    if (raft_host_receive(c->host, peer, group, data + 8, len - 8, &err) < 0 &&
+        err.code == ERR_NOT_FOUND && child_starting(c, group))
+        early_keep(c, group, peer, data + 8, len - 8);
 }
 
 static void on_peer_state(void *ctx, uint64_t peer, bool connected)
@@ -3928,6 +4106,13 @@ static void ignore_outcome(void *data, const raft_host_outcome *out)
 
 static void split_flush_start(rcluster *c, lpart *lp)
 {
+    /* Sealing the memtable while a hint's flush runs would leave no memtable to write
+     * to until that flush ends (the engine holds two): every write here would wait. The
+     * SPLIT's flush would wait for it anyway; on_hint_flushed kicks this again. */
+    if (hint_flush_running(c)) {
+        lp->split = SPLIT_REFLUSH;
+        return;
+    }
     split_flush *f = malloc(sizeof *f);
     if (f == NULL) {
         lp->split = SPLIT_REFLUSH; /* the next reconcile tries again */
@@ -4051,6 +4236,8 @@ static void split_finish(rcluster *c, uint64_t pid)
     lp = lpart_find(c, pid); /* lpart_add may have moved it */
     lp->split = SPLIT_NONE;
     raft_host_apply_resume(c->host, pid);
+    if (in_child)
+        early_deliver(c, child.id);
 }
 
 static void splits_step(rcluster *c)
@@ -4905,9 +5092,10 @@ void rcluster_status_json(rcluster *c, buf *out)
                meta_leader(c), c->meta_index);
     buf_printf(out,
                "\"router\":{\"retries\":%" PRIu64 ",\"woken_by_leader\":%" PRIu64
-               ",\"reads_via_parent\":%" PRIu64 ",\"strong_via_parent\":%" PRIu64 "},",
+               ",\"reads_via_parent\":%" PRIu64 ",\"strong_via_parent\":%" PRIu64
+               ",\"flush_hints\":%" PRIu64 ",\"early_delivered\":%" PRIu64 "},",
                c->counters.retries, c->counters.woken_by_leader, c->counters.reads_via_parent,
-               c->counters.strong_via_parent);
+               c->counters.strong_via_parent, c->counters.flush_hints, c->counters.early_delivered);
     buf_printf(out, "\"loop\":{\"lag_max_ms\":%.1f,\"lags_over_%dms\":%" PRIu64 "},",
                (double)c->lag_max_us / 1000.0, LAG_SLOW_MS, c->lags_slow);
     buf_printf(out, "\"nodes\":[");
@@ -5279,6 +5467,8 @@ void rcluster_close(rcluster *c)
     free(c->weights);
     buf_free(&c->scratch);
     free(c->parts);
+    while (c->early != NULL)
+        early_drop_first(c);
     free(c->lead_plan);
     free(c->rload_plan);
     free(c->peers);

@@ -6,7 +6,8 @@ Usage: split.py STRATAD [STRATA]
  2. While writers run through every node, every partition is split (POST /admin/split):
     clients see no error (boto3 with its standard retries), an eventual read through a node
     never misses a write that node acknowledged, the map shows 8 partitions,
-    each with a leader, and every node serves the 8 ranges locally.
+    each with a leader, and every node serves the 8 ranges locally. Each SPLIT came after
+    a flush hint that its leader applied (the routers' flush_hints counter).
  3. Every acknowledged write reads back (strong and eventual reads, through different
     nodes); a Query of each key returns it once; a 4-segment Scan (small pages) returns
     every item exactly once; the replicas of every partition agree (digests).
@@ -215,6 +216,7 @@ class Load:
                     for n in range(len(nodes))]
         self.ts.append(threading.Thread(target=self.scanner))
         for t in self.ts:
+            t.daemon = True  # a failed check must end the test, not wait for them
             t.start()
 
     def reader(self):
@@ -427,6 +429,9 @@ def main():
         children = [split(nodes[i % 3], pid) for i, pid in enumerate(parents)]
         poll(lambda: settled(nodes, 8), "8 partitions led and served everywhere")
         split_s = time.time() - t0
+        hints = router_counters(nodes).get("flush_hints", 0)
+        assert hints >= len(parents), "%d splits, only %d flush hints applied" % (
+            len(parents), hints)
         before = len(acked)
         poll(lambda: len(acked) > before + 100, "writes keep flowing after the splits")
         load.end()
