@@ -134,7 +134,8 @@ class Load:
 
     def run(self):
         self.start = time.time()
-        ts = [threading.Thread(target=self.writer, args=(w,)) for w in range(self.workers)]
+        ts = [threading.Thread(daemon=True, target=self.writer, args=(w,))
+              for w in range(self.workers)]
         for t in ts:
             t.start()
         return ts
@@ -180,7 +181,7 @@ def burst(args, nodes, c):
             stop.wait(0.5)
 
     ts = load.run()
-    mon = threading.Thread(target=monitor)
+    mon = threading.Thread(daemon=True, target=monitor)
     mon.start()
     for t in ts:
         t.join()

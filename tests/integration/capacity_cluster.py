@@ -59,7 +59,8 @@ class Load:
     def run_for(self, seconds, what):
         """Runs the threads for `seconds`; returns the time they ran."""
         self.stop.clear()
-        threads = [threading.Thread(target=self.run, args=(n,)) for n in self.cl.nodes]
+        threads = [threading.Thread(daemon=True, target=self.run, args=(n,))
+                   for n in self.cl.nodes]
         t0 = time.monotonic()
         for t in threads:
             t.start()

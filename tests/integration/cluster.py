@@ -306,7 +306,7 @@ class Load:
         self.ack_times = []   # when each acknowledgement arrived
         self.errors = {}      # error class -> count
         self.bad = []         # errors that must never happen
-        self.threads = [threading.Thread(target=self.writer, args=(w, w % NODES + 1))
+        self.threads = [threading.Thread(daemon=True, target=self.writer, args=(w, w % NODES + 1))
                         for w in range(threads_per_node * NODES)]
 
     def record_error(self, kind, detail=None):
@@ -613,7 +613,8 @@ def part_f(cl, rounds=4):
     for r in range(rounds):
         batch = ["concurrent-%d-%d" % (r, i) for i in range(len(clients))]
         names += batch
-        ts = [threading.Thread(target=create, args=(c, n)) for c, n in zip(clients, batch)]
+        ts = [threading.Thread(daemon=True, target=create, args=(c, n))
+              for c, n in zip(clients, batch)]
         for t in ts:
             t.start()
         for t in ts:

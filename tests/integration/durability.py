@@ -120,7 +120,8 @@ def main():
         create_tables(client(url))
         acked = []
         stop = threading.Event()
-        threads = [threading.Thread(target=writer, args=(url, w, per_writer, acked, stop))
+        threads = [threading.Thread(daemon=True, target=writer,
+                                    args=(url, w, per_writer, acked, stop))
                    for w in range(4)]
         for t in threads:
             t.start()

@@ -89,7 +89,8 @@ class Writers(S.Load):
         self.stop, self.errors, self.ok, self.lock = False, [], 0, threading.Lock()
         self.keys = keys
         self.clients = [S.client(n.url) for n in nodes]
-        self.ts = [threading.Thread(target=self.put_loop, args=(w,)) for w in range(6)]
+        self.ts = [threading.Thread(daemon=True, target=self.put_loop, args=(w,))
+                   for w in range(6)]
         for t in self.ts:
             t.start()
 

@@ -102,7 +102,7 @@ class Writers:
         self.stop, self.errors, self.acked, self.lock = False, [], {}, threading.Lock()
         self.ok = 0
         self.clients = [S.client(n.url) for n in nodes]
-        self.ts = [threading.Thread(target=self.put_loop, args=(w, keys[w::6]))
+        self.ts = [threading.Thread(daemon=True, target=self.put_loop, args=(w, keys[w::6]))
                    for w in range(6)]
         for t in self.ts:
             t.start()

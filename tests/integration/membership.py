@@ -236,7 +236,7 @@ def main():
                 except Exception as e:  # every error counts: a drain must show none
                     with lock:
                         errors.append(repr(e)[:300])
-        ts = [threading.Thread(target=writer, args=(w,)) for w in range(4)]
+        ts = [threading.Thread(daemon=True, target=writer, args=(w,)) for w in range(4)]
         for t in ts:
             t.start()
         poll(lambda: len(acked) > 1050, "writes flowing before the drain")
