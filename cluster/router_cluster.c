@@ -1546,8 +1546,9 @@ static int apply_split(rcluster *c, lpart *lp, uint64_t index, const void *cmd, 
     return RAFT_HOST_APPLY_BUSY;
 }
 
-/* A child leader's no-op entry: records its index in the engine (an empty batch), so a
- * child that gets no write still has a durable index past 1 to compact its log at. */
+/* An entry that changes no data (a child leader's no-op, a flush hint): records its index
+ * in the engine (an empty batch), so that a child that gets no write still has a durable
+ * index past 1 to compact its log at. */
 static int apply_noop(rcluster *c, lpart *lp, uint64_t index)
 {
     strata_err err;
@@ -2487,14 +2488,11 @@ static void on_hint_proposed(void *data, const raft_host_outcome *out)
  * hint when none is under way. */
 static bool split_hint_done(rcluster *c, lpart *lp, uint64_t now)
 {
-    if (lp->hint_at != 0 && now - lp->hint_at < SPLIT_HINT_WAIT_MS) {
-        if (lp->hint_flush == 0 || c->hint_flush_done < lp->hint_flush)
+    if (lp->hint_at != 0) {
+        bool flushed = lp->hint_flush != 0 && c->hint_flush_done >= lp->hint_flush;
+        if (!flushed && now - lp->hint_at < SPLIT_HINT_WAIT_MS)
             return false;
         lp->hint_at = 0; /* the next SPLIT of this partition sends a hint of its own */
-        return true;
-    }
-    if (lp->hint_at != 0) {
-        lp->hint_at = 0;
         return true;
     }
     const uint8_t cmd[2] = {ENTRY_FLUSH_HINT0, ENTRY_FLUSH_HINT1};
