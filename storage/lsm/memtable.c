@@ -170,11 +170,10 @@ static bool index_reserve(memtable *m)
     return true;
 }
 
-/* Node x (user key k) was added: it becomes its key's entry if it sorts before the one
- * there (higher sequence), or the key's first entry if the index has room. */
-static void index_add(memtable *m, mem_node *x, const uint8_t *k, size_t n)
+/* Node x (user key k, hash h) was added: it becomes its key's entry if it sorts before
+ * the one there (higher sequence), or the key's first entry if the index has room. */
+static void index_add(memtable *m, mem_node *x, const uint8_t *k, size_t n, uint64_t h)
 {
-    uint64_t h = XXH3_64bits(k, n);
     index_slot *slot = m->index_cap ? index_find(m, h, k, n) : NULL;
     if (slot != NULL && slot->node != NULL) {
         if (node_trailer(x) > node_trailer(slot->node))
@@ -190,15 +189,6 @@ static void index_add(memtable *m, mem_node *x, const uint8_t *k, size_t n)
         slot = index_find(m, h, k, n);
     *slot = (index_slot){h, x};
     m->index_used++;
-}
-
-/* The slot of user key k if the index holds the key, else NULL. */
-static index_slot *index_holding(const memtable *m, const uint8_t *k, size_t n)
-{
-    if (m->index_cap == 0)
-        return NULL;
-    index_slot *slot = index_find(m, XXH3_64bits(k, n), k, n);
-    return slot->node != NULL ? slot : NULL;
 }
 
 /* mem_get through the index: 1 found (*found set), 0 absent, -1 the index cannot tell
@@ -344,9 +334,10 @@ bool mem_add(memtable *m, uint64_t seq, int type, const void *key, size_t klen, 
         memcpy(k + iklen, val, vlen);
 
     mem_node *prev[MAX_HEIGHT];
-    index_slot *slot = index_holding(m, k, klen);
-    if (slot == NULL || node_trailer(slot->node) >= trailer_pack(seq, type) || h > m->height ||
-        !preds_before(slot->node, h, prev)) {
+    uint64_t hash = XXH3_64bits(k, klen);
+    index_slot *slot = m->index_cap ? index_find(m, hash, k, klen) : NULL;
+    if (slot == NULL || slot->node == NULL || node_trailer(slot->node) >= trailer_pack(seq, type) ||
+        h > m->height || !preds_before(slot->node, h, prev)) {
         slot = NULL;
         mem_node *ge = find_ge(m, k, iklen, prev);
         assert(ge == NULL || node_cmp(ge, k, iklen) != 0);
@@ -367,7 +358,7 @@ bool mem_add(memtable *m, uint64_t seq, int type, const void *key, size_t klen, 
     if (slot != NULL)
         slot->node = x; /* the key's newest node now */
     else
-        index_add(m, x, k, klen);
+        index_add(m, x, k, klen, hash);
     m->count++;
     return true;
 }
