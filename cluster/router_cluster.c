@@ -171,7 +171,7 @@ typedef enum {
     SPLIT_WRITE,   /* write the range records (range id = the parent, the entry's index),
                       shrink the parent and let its log go on */
     SPLIT_FLUSH,   /* flushing: the records must be durable before the child starts */
-    SPLIT_REFLUSH, /* that flush failed, or waits for a flush hint's: flush (again) */
+    SPLIT_REFLUSH, /* that flush failed (or could not start): flush again */
     SPLIT_READY,   /* durable: create the child */
 } split_state;
 
@@ -1570,7 +1570,7 @@ static void on_hint_flushed(void *arg, const strata_err *err)
     rcluster *c = arg;
     (void)err; /* a failed flush is sticky: the SPLIT's own flush reports it */
     c->hint_flush_done = c->hint_flush_started;
-    kick(c); /* a leader waiting to propose its SPLIT, a SPLIT waiting to flush */
+    kick(c); /* a leader waiting to propose its SPLIT */
 }
 
 static bool hint_flush_running(const rcluster *c)
@@ -4104,13 +4104,6 @@ static void ignore_outcome(void *data, const raft_host_outcome *out)
 
 static void split_flush_start(rcluster *c, lpart *lp)
 {
-    /* Sealing the memtable while a hint's flush runs would leave no memtable to write
-     * to until that flush ends (the engine holds two): every write here would wait. The
-     * SPLIT's flush would wait for it anyway; on_hint_flushed kicks this again. */
-    if (hint_flush_running(c)) {
-        lp->split = SPLIT_REFLUSH;
-        return;
-    }
     split_flush *f = malloc(sizeof *f);
     if (f == NULL) {
         lp->split = SPLIT_REFLUSH; /* the next reconcile tries again */

@@ -66,6 +66,9 @@ struct lsm {
     int level_cursor[LSM_LEVELS];
 
     waiter *flush_waiters, *compact_waiters, *write_waiters;
+    /* lsm_flush callers whose data is in the mutable memtable, which waits to be sealed
+     * until sealing it leaves a slot free (see lsm_flush); never set while mem is NULL. */
+    waiter *seal_waiters;
     lsm_stats st;
 };
 
@@ -736,6 +739,7 @@ fail:
 }
 
 static void maybe_schedule(lsm *db);
+static void seal(lsm *db);
 static void finish_close(lsm *db);
 
 static void call_waiters(waiter **list, const strata_err *err)
@@ -851,6 +855,7 @@ static void job_done(uv_work_t *req, int status)
     }
     job_free(j);
     if (db->bg_err.code != ERR_NONE) {
+        call_waiters(&db->seal_waiters, &db->bg_err);
         call_waiters(&db->flush_waiters, &db->bg_err);
         call_waiters(&db->compact_waiters, &db->bg_err);
         call_waiters(&db->write_waiters, &db->bg_err);
@@ -859,6 +864,8 @@ static void job_done(uv_work_t *req, int status)
         finish_close(db);
         return;
     }
+    if (db->seal_waiters && db->nsealed + 1 < db->o.max_memtables)
+        seal(db);
     if (db->write_waiters && !writes_blocked(db)) {
         strata_err ok_err = {0};
         call_waiters(&db->write_waiters, &ok_err);
@@ -1121,6 +1128,15 @@ static void seal(lsm *db)
     mem_set_id(db->mem, ++db->next_mem_id);
     db->sealed[db->nsealed++] = db->mem;
     db->mem = NULL;
+    /* Whoever waited for this memtable to be sealed now waits for its flush. */
+    for (waiter *w = db->seal_waiters; w != NULL; w = w->next)
+        w->target = db->next_mem_id;
+    waiter **tail = &db->seal_waiters;
+    while (*tail)
+        tail = &(*tail)->next;
+    *tail = db->flush_waiters;
+    db->flush_waiters = db->seal_waiters;
+    db->seal_waiters = NULL;
     maybe_schedule(db);
 }
 
@@ -1747,6 +1763,18 @@ void lsm_flush(lsm *db, lsm_cb cb, void *arg)
         mem_unref(db->mem);
         db->mem = NULL;
     }
+    /* Sealing the memtable into the last free slot while an older one waits for its flush
+     * would leave nothing to write to until that flush ends: every write would stall. It
+     * stays mutable instead, and is sealed as soon as a flush frees a slot (job_done). */
+    if (db->mem && db->nsealed > 0 && db->nsealed + 1 >= db->o.max_memtables) {
+        if (!add_waiter(&db->seal_waiters, cb, arg, 0)) {
+            strata_err_set(&e, ERR_NOMEM, "out of memory");
+            cb(arg, &e);
+            return;
+        }
+        maybe_schedule(db);
+        return;
+    }
     /* A mutable memtable exists only if a slot was free for it, so sealing always fits. */
     if (db->mem)
         seal(db);
@@ -2041,6 +2069,7 @@ static void finish_close(lsm *db)
 {
     strata_err e;
     strata_err_set(&e, ERR_UNAVAILABLE, "engine closed");
+    call_waiters(&db->seal_waiters, &e);
     call_waiters(&db->flush_waiters, &e);
     call_waiters(&db->compact_waiters, &e);
     call_waiters(&db->write_waiters, &e);

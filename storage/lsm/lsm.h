@@ -172,7 +172,9 @@ void lsm_durable_foreach(lsm *db, void (*fn)(void *arg, uint64_t range_id, uint6
 
 /* Seals the memtable and calls cb once everything written before this call is durable in
  * table files and the manifest (or with the error that prevented it). cb runs before this
- * returns when there is nothing to flush, or on a sticky error or a closing engine. */
+ * returns when there is nothing to flush, or on a sticky error or a closing engine. While
+ * an older memtable waits for its flush and sealing would take the last free slot, the
+ * memtable stays mutable and is sealed when that flush ends: a flush never stalls writes. */
 void lsm_flush(lsm *db, lsm_cb cb, void *arg);
 /* Flushes, then compacts until level 0 is empty, no level is over its target and no range
  * tombstone has data left to drop (snapshots permitting); then calls cb. For tests and

@@ -836,6 +836,55 @@ static void close_waits_for_running_job(void **state)
     close_db(&f->loop, db);
 }
 
+/* A flush asked for while another runs must not take the last memtable slot: writes
+ * would stall until the running flush ends. The memtable stays mutable, and is sealed and
+ * flushed once a slot frees up, with everything written before the second call. */
+static void flush_during_a_flush_leaves_room_for_writes(void **state)
+{
+    fixture *f = *state;
+    assert_int_equal(f->o.max_memtables, 0); /* the default: two memtables */
+    lsm *db = open_db(&f->loop, &f->o);
+    put1(db, "a", "1", 1, 1);
+    waitcb first = {0}, second = {0};
+    lsm_flush(db, waitcb_fn, &first); /* its job cannot end before the loop runs */
+    put1(db, "b", "2", 1, 2);
+    lsm_flush(db, waitcb_fn, &second);
+    assert_false(first.done);
+    assert_false(second.done);
+    put1(db, "c", "3", 1, 3); /* fails (ERR_BUSY) if the second flush sealed "b" */
+    lsm_stats st;
+    lsm_get_stats(db, &st);
+    assert_int_equal(st.write_stalls, 0);
+    run_until(&f->loop, &second.done);
+    assert_true(first.done);
+    assert_int_equal(first.err.code, ERR_NONE);
+    assert_int_equal(second.err.code, ERR_NONE);
+    assert_int_equal(lsm_durable_index(db, 1), 3); /* "c" came before the deferred seal */
+    close_db(&f->loop, db);
+    db = open_db(&f->loop, &f->o);
+    char v[8];
+    assert_int_equal(get1(db, NULL, "b", v, sizeof v), 1);
+    assert_string_equal(v, "2");
+    close_db(&f->loop, db);
+}
+
+/* A flush waiting for its memtable's seal is told when the engine closes first. */
+static void close_answers_a_flush_waiting_to_seal(void **state)
+{
+    fixture *f = *state;
+    lsm *db = open_db(&f->loop, &f->o);
+    put1(db, "a", "1", 1, 1);
+    waitcb first = {0}, second = {0}, closed = {0};
+    lsm_flush(db, waitcb_fn, &first);
+    put1(db, "b", "2", 1, 2);
+    lsm_flush(db, waitcb_fn, &second);
+    lsm_close(db, waitcb_fn, &closed);
+    run_until(&f->loop, &closed.done);
+    assert_true(first.done);
+    assert_true(second.done);
+    assert_int_equal(second.err.code, ERR_UNAVAILABLE);
+}
+
 static void level0_file_count_stops_writes(void **state)
 {
     fixture *f = *state;
@@ -1109,6 +1158,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(background_error_is_sticky, fixture_setup,
                                         fixture_teardown),
         cmocka_unit_test_setup_teardown(close_waits_for_running_job, fixture_setup,
+                                        fixture_teardown),
+        cmocka_unit_test_setup_teardown(flush_during_a_flush_leaves_room_for_writes, fixture_setup,
+                                        fixture_teardown),
+        cmocka_unit_test_setup_teardown(close_answers_a_flush_waiting_to_seal, fixture_setup,
                                         fixture_teardown),
         cmocka_unit_test_setup_teardown(level0_file_count_stops_writes, fixture_setup,
                                         fixture_teardown),
