@@ -60,6 +60,7 @@
 #include "cluster/meta.h"
 #include "cluster/placement.h"
 #include "cluster/capshare.h"
+#include "cluster/held_msgs.h"
 #include "cluster/pstats.h"
 #include "cluster/split.h"
 #include "cluster/raft/raft_host_uv.h"
@@ -212,20 +213,9 @@ typedef struct lpart {
     uint64_t load;
 } lpart;
 
-/* A Raft message for a child replica this node is about to start (its parent applies the
- * SPLIT, or the flush before the child starts is under way). The child's leader may be
- * elected by the other replicas first, and its AppendEntries, dropped here for want of
- * the group, would come again only a heartbeat later: meanwhile this node's requests for
- * the child's range wait. Kept, bounded, and delivered once the child starts. */
-typedef struct early_msg {
-    struct early_msg *next;
-    uint64_t group, from, at;
-    size_t len;
-    uint8_t data[];
-} early_msg;
-#define EARLY_MSGS_MAX  64
-#define EARLY_BYTES_MAX (1u << 20)
-#define EARLY_KEEP_MS   2000 /* older ones are dropped: the leader has sent again by then */
+/* Raft messages for a child replica this node is about to start (cluster/held_msgs.h):
+ * enough for a few splits at once; after 2 s the leader has sent again anyway. */
+static const held_limits EARLY_LIMITS = {.max_msgs = 64, .max_bytes = 1u << 20, .keep_ms = 2000};
 
 /* An empty replica about to join a partition asks the partition's other members whether
  * the log they could send it rebuilds the state (start_replica, join_allowed). */
@@ -332,8 +322,7 @@ struct rcluster {
     join_slot *join;
     size_t n_join;
 
-    early_msg *early; /* oldest first */
-    size_t n_early, early_bytes;
+    held_msgs early; /* Raft messages for children about to start */
     lsm *engine;
     /* Engine flushes started by flush hints: one at a time, numbered from 1; the last
      * one started and the last one done. */
@@ -3597,62 +3586,23 @@ static bool child_starting(const rcluster *c, uint64_t group)
     return false;
 }
 
-static void early_drop_first(rcluster *c)
+typedef struct {
+    rcluster *c;
+    uint64_t group;
+} early_target;
+
+static void deliver_early(void *arg, uint64_t from, const uint8_t *data, size_t len)
 {
-    early_msg *m = c->early;
-    c->early = m->next;
-    c->n_early--;
-    c->early_bytes -= m->len;
-    free(m);
+    early_target *to = arg;
+    if (!to->c->closing && raft_host_receive(to->c->host, from, to->group, data, len, NULL) == 0)
+        to->c->counters.early_delivered++;
 }
 
-static void early_keep(rcluster *c, uint64_t group, uint64_t from, const uint8_t *data, size_t len)
-{
-    uint64_t now = now_ms(c);
-    while (c->early != NULL &&
-           (now - c->early->at > EARLY_KEEP_MS || c->n_early >= EARLY_MSGS_MAX ||
-            c->early_bytes + len > EARLY_BYTES_MAX))
-        early_drop_first(c);
-    if (len > EARLY_BYTES_MAX)
-        return;
-    early_msg *m = malloc(sizeof *m + len);
-    if (m == NULL)
-        return;
-    *m = (early_msg){.group = group, .from = from, .at = now, .len = len};
-    memcpy(m->data, data, len);
-    early_msg **tail = &c->early;
-    while (*tail != NULL)
-        tail = &(*tail)->next;
-    *tail = m;
-    c->n_early++;
-    c->early_bytes += len;
-}
-
-/* Delivers the kept messages of `group`, which has just started here, in arrival order. */
+/* Hands the kept messages of `group`, which has just started here, to its replica. */
 static void early_deliver(rcluster *c, uint64_t group)
 {
-    early_msg *mine = NULL, **mine_tail = &mine;
-    for (early_msg **pm = &c->early; *pm != NULL;) {
-        early_msg *m = *pm;
-        if (m->group != group) {
-            pm = &m->next;
-            continue;
-        }
-        *pm = m->next;
-        c->n_early--;
-        c->early_bytes -= m->len;
-        m->next = NULL;
-        *mine_tail = m;
-        mine_tail = &m->next;
-    }
-    while (mine != NULL) {
-        early_msg *m = mine;
-        mine = m->next;
-        if (!c->closing &&
-            raft_host_receive(c->host, m->from, m->group, m->data, m->len, NULL) == 0)
-            c->counters.early_delivered++;
-        free(m);
-    }
+    early_target to = {c, group};
+    held_deliver(&c->early, group, now_ms(c), deliver_early, &to);
 }
 
 static void on_message(void *ctx, uint64_t peer, uint32_t type, const uint8_t *data, size_t len)
@@ -3680,7 +3630,7 @@ static void on_message(void *ctx, uint64_t peer, uint32_t type, const uint8_t *d
     strata_err err;
     if (raft_host_receive(c->host, peer, group, data + 8, len - 8, &err) < 0 &&
         err.code == ERR_NOT_FOUND && child_starting(c, group))
-        early_keep(c, group, peer, data + 8, len - 8);
+        (void)held_keep(&c->early, group, peer, data + 8, len - 8, now_ms(c));
 }
 
 static void on_peer_state(void *ctx, uint64_t peer, bool connected)
@@ -5333,6 +5283,7 @@ rcluster *rcluster_open(const router_config *cfg, strata_err *err)
     uv_timer_init(c->loop, &c->lag_probe);
     c->lag_probe.data = c;
     c->tick.data = c->kick.data = c->retry.data = c;
+    held_init(&c->early, EARLY_LIMITS);
     int rc = c->data_dir && c->meta && c->cat && c->cap && c->heard && c->shares && c->demand &&
                      c->wants && c->sent && c->weights
                  ? 0
@@ -5458,8 +5409,7 @@ void rcluster_close(rcluster *c)
     free(c->weights);
     buf_free(&c->scratch);
     free(c->parts);
-    while (c->early != NULL)
-        early_drop_first(c);
+    held_clear(&c->early);
     free(c->lead_plan);
     free(c->rload_plan);
     free(c->peers);
