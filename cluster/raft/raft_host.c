@@ -111,7 +111,9 @@ typedef struct group {
     uint64_t ri_sent;      /* last round sent */
     uint64_t ri_confirmed; /* last round a majority of voters answered for ri_term */
     uint64_t ri_term;
-    uint64_t ri_conf;    /* configuration_committed_index when ri_sent went out */
+    uint64_t ri_conf;      /* configuration_committed_index when ri_sent went out */
+    uint64_t ri_conf_from; /* first round sent under ri_conf: earlier rounds' answers
+                              were given under another voter set and count for nothing */
     uint64_t ri_sent_at; /* ms */
     bool ri_releasing;   /* ri_release is running (it sends the next round itself) */
     unsigned ri_nacks;
@@ -925,7 +927,7 @@ static void ri_advance(group *g)
     if (g->ri_term != raft_current_term(&g->raft) || raft_state(&g->raft) != RAFT_LEADER)
         return;
     /* Answers are counted in the configuration the round was sent under; after a change
-     * the next round (a retry) is. */
+     * only those to the next round (a retry) and later ones are (ri_conf_from). */
     if (g->raft.configuration_uncommitted_index != 0 ||
         g->raft.configuration_committed_index != g->ri_conf)
         return;
@@ -964,7 +966,11 @@ static void ri_send_round(group *g)
     assert(g->ri_term == term);
     g->ri_sent++;
     g->ri_sent_at = now_ms(h);
-    g->ri_conf = g->raft.configuration_committed_index;
+    if (g->ri_conf_from == 0 || g->raft.configuration_committed_index != g->ri_conf) {
+        g->ri_conf = g->raft.configuration_committed_index;
+        g->ri_conf_from = g->ri_sent;
+        g->ri_nacks = 0;
+    }
     raft_host_check chk = {.result = false, .term = term, .seq = g->ri_sent};
     const struct raft_configuration *c = &g->raft.configuration;
     for (unsigned i = 0; i < c->n; i++) {
@@ -1011,7 +1017,7 @@ static void ri_receive(group *g, uint64_t from, const raft_host_check *c)
         return;
     }
     if (!c->ok || c->term != term || g->ri_term != term || c->seq > g->ri_sent ||
-        raft_state(&g->raft) != RAFT_LEADER)
+        c->seq < g->ri_conf_from || raft_state(&g->raft) != RAFT_LEADER)
         return; /* stale, or this leader is deposed: its core learns that from Raft */
     ri_ack(g, from, c->seq);
     ri_advance(g);

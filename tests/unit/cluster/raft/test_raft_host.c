@@ -915,6 +915,164 @@ static void test_read_index_during_a_change_takes_a_barrier(void **state)
     cluster_stop();
 }
 
+/* A round's answers count only in the configuration it was sent under: a read whose round
+ * went out before a change committed is served by a round sent after it. Here the old
+ * round's answer (f1's) would make a majority of the new voters (l, f1) on its own: the
+ * read must still wait, through the followers being cut off, for a new round's answers. */
+static void test_read_index_round_spans_a_change(void **state)
+{
+    (void)state;
+    strata_err err;
+    cluster_start();
+    int l = cluster_write(1);
+    int f1 = l % 3 + 1, f2 = f1 % 3 + 1;
+    outcome_rec rd = {0};
+    assert_int_equal(raft_host_read_index(ch[l], 1, record, &rd, &err), 0);
+    int checks, answers;
+    count_checks(&checks, &answers);
+    assert_int_equal(checks, 2); /* the round is out */
+    raft_host_member demoted[] = {{(uint64_t)l, true}, {(uint64_t)f1, true}, {(uint64_t)f2, false}};
+    outcome_rec c = {0};
+    assert_int_equal(raft_host_change(ch[l], 1, demoted, 3, record, &c, &err), 0);
+    for (int r = 0; r < 40 && c.calls == 0; r++)
+        cluster_round();
+    assert_int_equal(c.calls, 1);
+    assert_int_equal(c.code, ERR_NONE);
+    assert_int_equal(rd.calls, 0);
+    cut[f1] = cut[f2] = true; /* no answer to any later round */
+    for (int r = 0; r < 10; r++)
+        cluster_round(); /* past a heartbeat timeout: the round is sent again */
+    assert_int_equal(rd.calls, 0);
+    assert_true(raft_host_is_leader(ch[l], 1));
+    cut[f1] = cut[f2] = false;
+    for (int r = 0; r < 20 && rd.calls == 0; r++)
+        cluster_round();
+    assert_int_equal(rd.calls, 1);
+    assert_int_equal(rd.code, ERR_NONE);
+    cluster_stop();
+}
+
+/* Moves the leadership checks queued for delivery (not answers) to the end of *held;
+ * returns the highest round among all held. */
+static uint64_t hold_checks(qmsg **held)
+{
+    qmsg **tail = held;
+    while (*tail != NULL)
+        tail = &(*tail)->next;
+    for (qmsg **pq = &q_head; *pq != NULL;) {
+        qmsg *q = *pq;
+        struct raft_message m;
+        raft_msg_decoded *owner = NULL;
+        uint64_t g, f;
+        raft_host_check c = {0};
+        bool check = raft_msg_decode(q->b, q->len, &g, &f, &m, &owner, NULL) == 0 &&
+                     raft_msg_check(owner, &c) && !c.result;
+        raft_msg_free(owner);
+        if (!check) {
+            pq = &q->next;
+            continue;
+        }
+        *pq = q->next;
+        q->next = NULL;
+        *tail = q;
+        tail = &q->next;
+    }
+    uint64_t top = 0;
+    for (qmsg *q = *held; q != NULL; q = q->next) {
+        struct raft_message m;
+        raft_msg_decoded *owner = NULL;
+        uint64_t g, f;
+        raft_host_check c = {0};
+        assert_int_equal(raft_msg_decode(q->b, q->len, &g, &f, &m, &owner, NULL), 0);
+        assert_true(raft_msg_check(owner, &c));
+        raft_msg_free(owner);
+        if (c.seq > top)
+            top = c.seq;
+    }
+    return top;
+}
+
+/* Puts the held messages back in the delivery queue, in front. */
+static void release_held(qmsg **held)
+{
+    qmsg **tail = held;
+    while (*tail != NULL)
+        tail = &(*tail)->next;
+    *tail = q_head;
+    q_head = *held;
+    *held = NULL;
+}
+
+/* A copy of a held list. */
+static qmsg *copy_held(const qmsg *held)
+{
+    qmsg *out = NULL, **tail = &out;
+    for (; held != NULL; held = held->next) {
+        qmsg *q = calloc(1, sizeof *q);
+        assert_non_null(q);
+        *q = *held;
+        q->next = NULL;
+        q->b = malloc(held->len);
+        assert_non_null(q->b);
+        memcpy(q->b, held->b, held->len);
+        *tail = q;
+        tail = &q->next;
+    }
+    return out;
+}
+
+/* An answer to a round sent before a change committed counts for nothing, whether it
+ * arrives before the next round goes out or after: the read is served by a round sent
+ * under the new configuration. */
+static void test_read_index_late_answer_from_before_a_change(void **state)
+{
+    (void)state;
+    strata_err err;
+    cluster_start();
+    int l = cluster_write(1);
+    int f1 = l % 3 + 1, f2 = f1 % 3 + 1;
+    frozen[l] = true; /* no retry round while the change commits */
+    qmsg *old = NULL, *later = NULL;
+    outcome_rec rd = {0};
+    assert_int_equal(raft_host_read_index(ch[l], 1, record, &rd, &err), 0);
+    assert_int_equal(hold_checks(&old), 1); /* round 1, to both followers, held back */
+    raft_host_member demoted[] = {{(uint64_t)l, true}, {(uint64_t)f1, true}, {(uint64_t)f2, false}};
+    outcome_rec c = {0};
+    assert_int_equal(raft_host_change(ch[l], 1, demoted, 3, record, &c, &err), 0);
+    for (int r = 0; r < 40 && c.calls == 0; r++) {
+        assert_int_equal(hold_checks(&later), 0);
+        cluster_round();
+    }
+    assert_int_equal(c.calls, 1);
+    assert_int_equal(c.code, ERR_NONE);
+    qmsg *again = copy_held(old);
+    release_held(&old); /* round 1 reaches f1 now, before any later round */
+    for (int r = 0; r < 3; r++) {
+        cluster_round();
+        assert_int_equal(hold_checks(&later), 0);
+    }
+    assert_int_equal(rd.calls, 0);
+    frozen[l] = false;
+    uint64_t top = 0;
+    for (int r = 0; r < 20 && top == 0; r++) {
+        cluster_round();
+        top = hold_checks(&later); /* the retry, under the new configuration */
+    }
+    assert_true(top >= 2);
+    release_held(&again); /* round 1 again, now that a later round is out */
+    for (int r = 0; r < 3; r++) {
+        cluster_round();
+        (void)hold_checks(&later);
+    }
+    assert_int_equal(rd.calls, 0);
+    release_held(&later);
+    for (int r = 0; r < 20 && rd.calls == 0; r++)
+        cluster_round();
+    assert_int_equal(rd.calls, 1);
+    assert_int_equal(rd.code, ERR_NONE);
+    cluster_stop();
+}
+
 /* A group of one voter confirms its own reads at once. */
 static void test_read_index_single_voter(void **state)
 {
@@ -2426,6 +2584,8 @@ int main(void)
         cmocka_unit_test(test_read_index_new_leader_takes_a_barrier),
         cmocka_unit_test(test_read_index_single_voter),
         cmocka_unit_test(test_read_index_during_a_change_takes_a_barrier),
+        cmocka_unit_test(test_read_index_round_spans_a_change),
+        cmocka_unit_test(test_read_index_late_answer_from_before_a_change),
         cmocka_unit_test(test_compact_rules),
         cmocka_unit_test(test_start_from_snapshot_point),
         cmocka_unit_test(test_install_retry_and_stop),
