@@ -11,9 +11,10 @@
  * Threading: one libuv loop thread owns a `wal`; every function below must be called on
  * that thread, and every callback runs on it. Writes and fdatasync run on libuv worker
  * threads (uv_queue_work), never on the loop. At most one write batch, one segment
- * removal and one segment preparation are queued at a time; as the pool is shared,
- * other users must not hold all its threads with long jobs (or raise
- * UV_THREADPOOL_SIZE), else commits wait behind them.
+ * removal and one segment preparation are queued at a time (a preparation holds its
+ * thread for up to 10 s, paced); as the pool is shared, other users must not hold all
+ * its threads with long jobs (or raise UV_THREADPOOL_SIZE), else commits wait behind
+ * them.
  *
  * Group commit: every operation requested during one loop iteration, from any number of
  * groups, is written together and made durable with ONE fdatasync, just before the loop
@@ -60,7 +61,9 @@
  *
  * The next segment file is created and preallocated ahead of need (on a worker thread)
  * once the current one is half full, so rolling over costs the write path nothing; a
- * crash leaves it without a header and recovery removes it.
+ * crash leaves it without a header and recovery removes it. Its zeros are written at a
+ * pace that has it ready about when a quarter of the current segment is left, so that
+ * they do not crowd the write path's syncs.
  *
  * Space: segments are deleted oldest first (on a worker thread) once, for every group
  * with records in them, the entries there are below the group's durable `keep_from` (or
@@ -81,6 +84,9 @@ typedef struct {
     const char *dir;          /* directory for the segments; created if missing */
     uint64_t segment_size;    /* bytes per segment file; 0 = 64 MiB; min 64 KiB */
     size_t max_pending_bytes; /* requested but unwritten bytes before ERR_BUSY; 0 = 256 MiB */
+    /* The zero fill of a segment prepared ahead is spread over this long (a knob for
+     * tests); 0 = half the time the current segment took to fill halfway, at most 10 s. */
+    uint64_t spare_fill_ms;
 } wal_options;
 
 /* One log entry. On append the WAL copies `data` before returning. */
@@ -118,6 +124,8 @@ typedef struct {
     uint64_t ops;      /* operations completed */
     uint64_t segments; /* segments holding the log */
     uint64_t prepared; /* 1 while the next segment file is created ahead of need */
+    uint64_t spare_ready;    /* 1 once that file is ready */
+    uint64_t spares_hurried; /* preparations a batch had to wait for (paced no longer) */
     uint64_t segments_removed;
     uint64_t first_seq;      /* oldest live segment (0 if none) */
     uint64_t last_seq;       /* segment receiving appends (0 if none) */

@@ -1102,6 +1102,75 @@ static void segments_are_prepared_as_zeros(void **state)
     check_entries(f, 1, 1, 1, 1);
 }
 
+static void stop_timer(uv_timer_t *t)
+{
+    uv_timer_stop(t);
+}
+
+/* Runs the loop for about ms milliseconds (a timer ends the wait). */
+static void run_for(fixture *f, uint64_t ms)
+{
+    uv_timer_t t;
+    uv_timer_init(&f->loop, &t);
+    uv_timer_start(&t, stop_timer, ms, 0);
+    while (uv_is_active((uv_handle_t *)&t))
+        uv_run(&f->loop, UV_RUN_ONCE);
+    uv_close((uv_handle_t *)&t, NULL);
+    uv_run(&f->loop, UV_RUN_NOWAIT);
+}
+
+/* A spare segment's zeros go out at a pace (here spread over a minute), which a batch
+ * that needs the file ends: it waits for the rest at full speed, not for the pace. */
+static void paced_spare_is_hurried_by_a_waiting_batch(void **state)
+{
+    fixture *f = *state;
+    f->opts.spare_fill_ms = 60000;
+    reopen(f);
+    wal_stats st;
+    wal_get_stats(f->w, &st);
+    assert_int_equal(st.prepared, 1); /* the first segment, paced too */
+    double start = tu_now();
+    sync_append(f, 1, 1, 8, 1); /* waits for it, but not for the pace */
+    assert_true(tu_now() - start < 10);
+    wal_get_stats(f->w, &st);
+    assert_int_equal(st.spares_hurried, 1);
+    uint64_t next = 9;
+    do {
+        sync_append(f, 1, next, 8, 1);
+        next += 8;
+        wal_get_stats(f->w, &st);
+    } while (!st.prepared); /* past half: the second segment is being prepared */
+    run_for(f, 300);        /* unpaced, 64 KiB of zeros take a few ms */
+    wal_get_stats(f->w, &st);
+    assert_int_equal(st.spare_ready, 0);
+    assert_int_equal(st.spares_hurried, 1);
+    do {
+        sync_append(f, 1, next, 8, 1);
+        next += 8;
+        wal_get_stats(f->w, &st);
+    } while (st.last_seq < 2);
+    assert_true(tu_now() - start < 20);
+    assert_int_equal(st.spares_hurried, 2);
+    reopen(f);
+    check_entries(f, 1, 1, next - 1, 1);
+}
+
+/* Closing does not wait for a paced spare. */
+static void close_hurries_a_paced_spare(void **state)
+{
+    fixture *f = *state;
+    f->opts.spare_fill_ms = 60000;
+    reopen(f);
+    wal_stats st;
+    wal_get_stats(f->w, &st);
+    assert_int_equal(st.prepared, 1);
+    assert_int_equal(st.spare_ready, 0);
+    double start = tu_now();
+    assert_true(tu_close(f->w, &f->loop));
+    f->w = NULL;
+    assert_true(tu_now() - start < 10); /* paced, the fill would go on for a minute */
+}
+
 /* Appends 40 single-entry records in ONE batch, closes, and returns the offsets of the
  * records in segment 1. */
 static int one_batch_of_records(fixture *f, long *offs, long *ends)
@@ -1220,6 +1289,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(lost_oldest_segment_is_detected, setup, teardown),
         cmocka_unit_test_setup_teardown(next_segment_is_prepared_ahead, setup, teardown),
         cmocka_unit_test_setup_teardown(segments_are_prepared_as_zeros, setup, teardown),
+        cmocka_unit_test_setup_teardown(paced_spare_is_hurried_by_a_waiting_batch, setup, teardown),
+        cmocka_unit_test_setup_teardown(close_hurries_a_paced_spare, setup, teardown),
         cmocka_unit_test_setup_teardown(flipped_byte_within_one_batch_is_corruption, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(unwritten_sector_in_last_batch_is_a_torn_tail, setup,
