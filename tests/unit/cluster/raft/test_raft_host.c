@@ -719,21 +719,26 @@ static int cluster_write(int n)
     return l;
 }
 
-/* Leadership checks queued for delivery (raft_host_read_index's rounds), and answers. */
+/* Whether q is a leadership check or an answer to one (raft_host_read_index's rounds). */
+static bool check_of(const qmsg *q, raft_host_check *out)
+{
+    struct raft_message m;
+    raft_msg_decoded *owner = NULL;
+    uint64_t g, f;
+    bool is =
+        raft_msg_decode(q->b, q->len, &g, &f, &m, &owner, NULL) == 0 && raft_msg_check(owner, out);
+    raft_msg_free(owner);
+    return is;
+}
+
+/* Leadership checks queued for delivery, and answers. */
 static void count_checks(int *checks, int *answers)
 {
     *checks = *answers = 0;
-    for (qmsg *q = q_head; q != NULL; q = q->next) {
-        struct raft_message m;
-        raft_msg_decoded *owner = NULL;
-        uint64_t g, f;
-        raft_host_check c;
-        if (raft_msg_decode(q->b, q->len, &g, &f, &m, &owner, NULL) != 0)
-            continue;
-        if (raft_msg_check(owner, &c))
+    raft_host_check c;
+    for (qmsg *q = q_head; q != NULL; q = q->next)
+        if (check_of(q, &c))
             (*(c.result ? answers : checks))++;
-        raft_msg_free(owner);
-    }
 }
 
 static uint64_t last_index_of(int i)
@@ -959,16 +964,10 @@ static uint64_t hold_checks(qmsg **held)
     qmsg **tail = held;
     while (*tail != NULL)
         tail = &(*tail)->next;
+    raft_host_check c;
     for (qmsg **pq = &q_head; *pq != NULL;) {
         qmsg *q = *pq;
-        struct raft_message m;
-        raft_msg_decoded *owner = NULL;
-        uint64_t g, f;
-        raft_host_check c = {0};
-        bool check = raft_msg_decode(q->b, q->len, &g, &f, &m, &owner, NULL) == 0 &&
-                     raft_msg_check(owner, &c) && !c.result;
-        raft_msg_free(owner);
-        if (!check) {
+        if (!check_of(q, &c) || c.result) {
             pq = &q->next;
             continue;
         }
@@ -979,13 +978,7 @@ static uint64_t hold_checks(qmsg **held)
     }
     uint64_t top = 0;
     for (qmsg *q = *held; q != NULL; q = q->next) {
-        struct raft_message m;
-        raft_msg_decoded *owner = NULL;
-        uint64_t g, f;
-        raft_host_check c = {0};
-        assert_int_equal(raft_msg_decode(q->b, q->len, &g, &f, &m, &owner, NULL), 0);
-        assert_true(raft_msg_check(owner, &c));
-        raft_msg_free(owner);
+        assert_true(check_of(q, &c));
         if (c.seq > top)
             top = c.seq;
     }
