@@ -17,9 +17,24 @@
 typedef struct {
     uint64_t term;
     uint8_t type;
-    uint8_t *data;
+    uint8_t *data; /* in one of the group's log chunks */
     size_t len;
 } log_entry;
+
+/* Entry payloads are copied into chunks, in the order they come. Entries leave the log
+ * from the front (compaction), so a chunk is freed whole once no live entry can be in it:
+ * one malloc per chunk rather than per entry, and a compaction frees a few chunks, not
+ * the hundreds of thousands of small blocks that, freed one by one, slowed the loop for
+ * about a second after each engine flush. A truncated suffix's bytes stay until then.
+ * Chunks grow from LOG_CHUNK_MIN to LOG_CHUNK_MAX so that an idle group holds little. */
+typedef struct log_chunk {
+    struct log_chunk *next;
+    uint64_t last_index; /* the highest index whose payload went here */
+    size_t used, cap;
+    uint8_t data[];
+} log_chunk;
+#define LOG_CHUNK_MIN (4u << 10)
+#define LOG_CHUNK_MAX (64u << 10)
 
 /* A submit or read waiting for its log index to be applied. */
 typedef struct pending {
@@ -90,6 +105,7 @@ typedef struct group {
     size_t log_n;
     size_t log_cap;
     uint64_t log_first;
+    log_chunk *chunks, *chunks_tail; /* the payloads, oldest first */
     uint64_t applied;
     uint64_t deadline; /* raft_timeout(); 0 = none */
     unsigned tv_pending;
@@ -342,10 +358,58 @@ static log_entry *log_at(group *g, uint64_t index)
 
 static void log_truncate(group *g, uint64_t from)
 {
-    while (g->log_n > 0 && g->log_first + g->log_n - 1 >= from) {
+    while (g->log_n > 0 && g->log_first + g->log_n - 1 >= from)
         g->log_n--;
-        free(g->log[g->log_n].data);
+}
+
+/* Room for the payload of entry `index` in the newest chunk, or a new one. */
+static uint8_t *log_payload(group *g, uint64_t index, size_t len)
+{
+    size_t need = ((len ? len : 1) + 7) & ~(size_t)7;
+    log_chunk *c = g->chunks_tail;
+    if (c == NULL || c->cap - c->used < need) {
+        size_t cap = c == NULL                    ? LOG_CHUNK_MIN
+                     : c->cap * 2 > LOG_CHUNK_MAX ? LOG_CHUNK_MAX
+                                                  : c->cap * 2;
+        if (cap < need)
+            cap = need;
+        log_chunk *n = malloc(sizeof *n + cap);
+        if (n == NULL)
+            return NULL;
+        *n = (log_chunk){.cap = cap};
+        if (c != NULL)
+            c->next = n;
+        else
+            g->chunks = n;
+        g->chunks_tail = c = n;
     }
+    uint8_t *p = c->data + c->used;
+    c->used += need;
+    if (index > c->last_index)
+        c->last_index = index;
+    return p;
+}
+
+/* Frees the chunks, oldest first, that hold nothing at or above `first`. */
+static void log_free_chunks_below(group *g, uint64_t first)
+{
+    while (g->chunks != NULL && g->chunks->last_index < first) {
+        log_chunk *c = g->chunks;
+        g->chunks = c->next;
+        free(c);
+    }
+    if (g->chunks == NULL)
+        g->chunks_tail = NULL;
+}
+
+/* Forgets every entry and frees the payloads' memory. */
+static void log_free(group *g)
+{
+    log_truncate(g, 0);
+    log_free_chunks_below(g, UINT64_MAX);
+    free(g->log);
+    g->log = NULL;
+    g->log_cap = 0;
 }
 
 /* Copies n entries to the log at `index` (replacing the suffix from index). */
@@ -371,7 +435,7 @@ static int log_put(group *g, uint64_t index, const struct raft_entry *e, unsigne
         le->term = e[i].term;
         le->type = (uint8_t)e[i].type;
         le->len = e[i].buf.len;
-        le->data = malloc(le->len ? le->len : 1);
+        le->data = log_payload(g, index + i, le->len);
         if (le->data == NULL)
             return -1;
         if (le->len)
@@ -1260,11 +1324,10 @@ static void log_drop_prefix(group *g, uint64_t keep_from)
     size_t drop = (size_t)(keep_from - g->log_first);
     if (drop > g->log_n)
         drop = g->log_n;
-    for (size_t i = 0; i < drop; i++)
-        free(g->log[i].data);
     memmove(g->log, g->log + drop, (g->log_n - drop) * sizeof *g->log);
     g->log_n -= drop;
     g->log_first += drop;
+    log_free_chunks_below(g, g->log_first);
 }
 
 static void snap_write_done(void *data, int status)
@@ -1434,6 +1497,7 @@ static void install_from_update(group *g, struct raft_update *up)
     g->deferred_persisted = 0;
     log_truncate(g, 0);
     g->log_first = g->inst.index + 1;
+    log_free_chunks_below(g, g->log_first);
     if (conf_encode(&g->inst.configuration, &g->inst_conf, &g->inst_conf_len) != 0)
         group_fail(g, ERR_NOMEM, "snapshot configuration");
 }
@@ -1598,10 +1662,7 @@ static void group_release(group *g)
         free(m);
     }
     g->out_tail = NULL;
-    log_truncate(g, 0);
-    free(g->log);
-    g->log = NULL;
-    g->log_cap = 0;
+    log_free(g);
     if (g->installing)
         raft_configuration_close(&g->inst.configuration);
     g->installing = false;
@@ -1874,8 +1935,7 @@ static int start_group_in(raft_host *h, uint64_t group_id, const uint64_t *membe
         for (size_t i = 0; ents != NULL && i < ne; i++)
             raft_free(ents[i].buf.base);
         raft_free(ents);
-        log_truncate(g, 0);
-        free(g->log);
+        log_free(g);
         free(g->snap_conf);
         if (has_snap)
             raft_configuration_close(&smeta.configuration);

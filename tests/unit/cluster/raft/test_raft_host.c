@@ -30,6 +30,7 @@ typedef struct {
     bool refuse_appends;
     bool has_state; /* load: pretend storage holds nothing unless set */
     uint64_t applied_count;
+    uint64_t applied_hash; /* FNV-1a over every applied (index, command) */
     int leader_events;    /* events.leader calls, and the last leader reported */
     uint64_t leader_seen;
     int busy_answers;     /* apply answers RAFT_HOST_APPLY_BUSY this many times */
@@ -194,6 +195,10 @@ static int fsm_apply(void *ctx, uint64_t group, uint64_t index, const void *cmd,
         return RAFT_HOST_APPLY_BUSY;
     }
     e->applied_count++;
+    for (int i = 0; i < 8; i++)
+        e->applied_hash = (e->applied_hash ^ (uint8_t)(index >> (8 * i))) * 0x100000001b3ULL;
+    for (size_t i = 0; i < len; i++)
+        e->applied_hash = (e->applied_hash ^ ((const uint8_t *)cmd)[i]) * 0x100000001b3ULL;
     /* Result: the command reversed. */
     uint8_t *r = malloc(len ? len : 1);
     for (size_t i = 0; i < len; i++)
@@ -1063,6 +1068,65 @@ static void test_read_index_late_answer_from_before_a_change(void **state)
         cluster_round();
     assert_int_equal(rd.calls, 1);
     assert_int_equal(rd.code, ERR_NONE);
+    cluster_stop();
+}
+
+/* Submits commands n of sizes 1..300 bytes (and one of 70 KiB: bigger than a log chunk)
+ * whose bytes depend on their number, at the leader l; runs until all are applied there. */
+static void write_numbered(int l, int from, int n)
+{
+    static uint8_t cmd[70 << 10];
+    outcome_rec w = {0};
+    strata_err err;
+    for (int k = from; k < from + n; k++) {
+        size_t len = k % 97 == 0 ? sizeof cmd : (size_t)(k * 37 % 300) + 1;
+        for (size_t i = 0; i < len; i++)
+            cmd[i] = (uint8_t)(k * 31 + i);
+        assert_int_equal(raft_host_submit(ch[l], 1, cmd, len, record, &w, &err), 0);
+        if (k % 16 == 0)
+            cluster_round();
+    }
+    for (int r = 0; r < 400 && w.calls < n; r++)
+        cluster_round();
+    assert_int_equal(w.calls, n);
+    assert_int_equal(w.code, ERR_NONE);
+}
+
+/* Entry payloads live in log chunks, freed whole by compaction once no entry in them is
+ * kept: a follower that lags behind the compaction point, but not behind the entries kept,
+ * still gets every command intact from the leader's log, and the replicas agree. */
+static void test_log_chunks_survive_compaction(void **state)
+{
+    (void)state;
+    strata_err err;
+    cluster_start();
+    int l = cluster_elect();
+    assert_int_not_equal(l, 0);
+    int f1 = l % 3 + 1, f2 = f1 % 3 + 1;
+    write_numbered(l, 1, 300);
+    cut[f1] = true;
+    write_numbered(l, 301, 400);
+    raft_host_group_stats st, fst;
+    assert_int_equal(raft_host_group_info(ch[f1], 1, &fst, &err), 0);
+    /* Compact the leader and f2 up to 20 entries short of f1's last: f1 needs only entries
+     * the leader still holds, from chunks around the point. */
+    uint64_t at = fst.last_index - 20;
+    assert_int_equal(raft_host_compact(ch[l], 1, at, &err), 0);
+    assert_int_equal(raft_host_compact(ch[f2], 1, at, &err), 0);
+    assert_int_equal(raft_host_group_info(ch[l], 1, &st, &err), 0);
+    assert_int_equal(st.snapshot_index, at);
+    write_numbered(l, 701, 50); /* the log goes on in the chunks left */
+    cut[f1] = false;
+    for (int r = 0; r < 400; r++) {
+        cluster_round();
+        assert_int_equal(raft_host_group_info(ch[f1], 1, &fst, &err), 0);
+        if (fst.applied_index == last_index_of(l))
+            break;
+    }
+    assert_int_equal(fst.applied_index, last_index_of(l));
+    assert_int_equal(fst.installs, 0); /* caught up from the log, not a snapshot */
+    assert_int_equal(cenv[f1].applied_hash, cenv[l].applied_hash);
+    assert_int_equal(cenv[f2].applied_hash, cenv[l].applied_hash);
     cluster_stop();
 }
 
@@ -2579,6 +2643,7 @@ int main(void)
         cmocka_unit_test(test_read_index_during_a_change_takes_a_barrier),
         cmocka_unit_test(test_read_index_round_spans_a_change),
         cmocka_unit_test(test_read_index_late_answer_from_before_a_change),
+        cmocka_unit_test(test_log_chunks_survive_compaction),
         cmocka_unit_test(test_compact_rules),
         cmocka_unit_test(test_start_from_snapshot_point),
         cmocka_unit_test(test_install_retry_and_stop),
