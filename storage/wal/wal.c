@@ -37,7 +37,6 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <xxhash.h>
@@ -743,21 +742,17 @@ static void after_write(uv_work_t *req, int status)
     maybe_finish_close(w);
 }
 
+/* Monotonic ms; libuv's clock, safe on a worker thread (uv_now is the loop's). */
 static uint64_t mono_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+    return uv_hrtime() / 1000000;
 }
 
 /* Sleeps until `until` (monotonic ms), in short naps so that a hurry ends it early. */
 static void pace_until(uint64_t until, atomic_bool *hurry)
 {
-    for (uint64_t now = mono_ms(); now < until && !atomic_load(hurry); now = mono_ms()) {
-        uint64_t nap = until - now < 10 ? until - now : 10;
-        struct timespec ts = {0, (long)(nap * 1000000)};
-        nanosleep(&ts, NULL);
-    }
+    for (uint64_t now = mono_ms(); now < until && !atomic_load(hurry); now = mono_ms())
+        uv_sleep(until - now < 10 ? (unsigned)(until - now) : 10);
 }
 
 /*
