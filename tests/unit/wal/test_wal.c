@@ -1102,21 +1102,27 @@ static void segments_are_prepared_as_zeros(void **state)
     check_entries(f, 1, 1, 1, 1);
 }
 
-static void stop_timer(uv_timer_t *t)
+/* A yardstick: opens an unpaced log of the same segment size in a directory of its own
+ * and runs the loop until its first segment is prepared, i.e. until as much filling as
+ * the paced spare needs has been done at full speed. */
+static void wait_for_an_unpaced_fill(fixture *f)
 {
-    uv_timer_stop(t);
-}
-
-/* Runs the loop for about ms milliseconds (a timer ends the wait). */
-static void run_for(fixture *f, uint64_t ms)
-{
-    uv_timer_t t;
-    uv_timer_init(&f->loop, &t);
-    uv_timer_start(&t, stop_timer, ms, 0);
-    while (uv_is_active((uv_handle_t *)&t))
+    char *dir = tu_tmpdir();
+    assert_non_null(dir);
+    wal_options o = {.dir = dir, .segment_size = f->opts.segment_size};
+    wal *w;
+    strata_err err;
+    assert_int_equal(wal_open(&o, &f->loop, &w, &err), 0);
+    wal_stats st;
+    double deadline = tu_now() + 10;
+    do {
         uv_run(&f->loop, UV_RUN_ONCE);
-    uv_close((uv_handle_t *)&t, NULL);
-    uv_run(&f->loop, UV_RUN_NOWAIT);
+        wal_get_stats(w, &st);
+    } while (!st.spare_ready && tu_now() < deadline);
+    assert_int_equal(st.spare_ready, 1);
+    assert_true(tu_close(w, &f->loop));
+    tu_rmdir(dir);
+    free(dir);
 }
 
 /* A spare segment's zeros go out at a pace (here spread over a minute), which a batch
@@ -1140,7 +1146,7 @@ static void paced_spare_is_hurried_by_a_waiting_batch(void **state)
         next += 8;
         wal_get_stats(f->w, &st);
     } while (!st.prepared); /* past half: the second segment is being prepared */
-    run_for(f, 300);        /* unpaced, 64 KiB of zeros take a few ms */
+    wait_for_an_unpaced_fill(f);
     wal_get_stats(f->w, &st);
     assert_int_equal(st.spare_ready, 0);
     assert_int_equal(st.spares_hurried, 1);
