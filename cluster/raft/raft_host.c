@@ -356,10 +356,13 @@ static log_entry *log_at(group *g, uint64_t index)
     return &g->log[index - g->log_first];
 }
 
+/* Forgets the entries from `from` on; their payloads' bytes stay in their chunk. */
 static void log_truncate(group *g, uint64_t from)
 {
-    while (g->log_n > 0 && g->log_first + g->log_n - 1 >= from)
-        g->log_n--;
+    if (from <= g->log_first)
+        g->log_n = 0;
+    else if (from - g->log_first < g->log_n)
+        g->log_n = (size_t)(from - g->log_first);
 }
 
 /* Room for the payload of entry `index` in the newest chunk, or a new one. */
