@@ -11,6 +11,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,13 @@
 #include "storage/lsm/lsm_int.h"
 
 #define MiB (1024u * 1024)
+
+/* Pacing (see lsm.h): a job works PACE_SLICE_NS of wall time, then sleeps in proportion,
+ * at most PACE_SLEEP_MAX_MS at once so that urgency is noticed quickly. Entries between
+ * two looks at the clock: */
+#define PACE_SLICE_NS     1000000ull
+#define PACE_SLEEP_MAX_MS 10
+#define PACE_CHECK_EVERY  64
 
 typedef struct waiter {
     struct waiter *next;
@@ -69,6 +77,9 @@ struct lsm {
     /* lsm_flush callers whose data is in the mutable memtable, which waits to be sealed
      * until sealing it leaves a slot free (see lsm_flush); never set while mem is NULL. */
     waiter *seal_waiters;
+    /* Whether the running job must go at full speed (see lsm.h, "Pacing"); written on the
+     * loop by note_urgency, read by the worker. */
+    atomic_bool bg_urgent;
     lsm_stats st;
 };
 
@@ -355,6 +366,8 @@ struct job {
     rtomb *new_tombs; /* owned */
     int new_ntombs;
     uint64_t bytes_written;
+    uint64_t slice_start; /* uv_hrtime when the current slice of work began */
+    uint64_t paced_ns;    /* slept, pacing */
     strata_err err;
 };
 
@@ -495,6 +508,33 @@ static int set_key(uint8_t **p, uint32_t *len, const uint8_t *k, size_t n)
     return 0;
 }
 
+/* Keeps a job that nothing waits for to background_cpu_pct of one CPU: once a slice of
+ * work is done, sleeps for the rest of the slice's share. Wall time, not CPU time: a job
+ * that loses its CPU to others is counted as working, so it backs off further exactly
+ * when the machine is busiest. */
+static void job_pace(job *j)
+{
+    int pct = j->db->o.background_cpu_pct;
+    if (pct >= 100)
+        return;
+    uint64_t now = uv_hrtime();
+    uint64_t worked = now - j->slice_start;
+    if (worked < PACE_SLICE_NS)
+        return;
+    if (!atomic_load_explicit(&j->db->bg_urgent, memory_order_relaxed)) {
+        uint64_t rest_ms = worked * (uint64_t)(100 - pct) / (uint64_t)pct / 1000000u;
+        if (rest_ms > PACE_SLEEP_MAX_MS)
+            rest_ms = PACE_SLEEP_MAX_MS;
+        if (rest_ms > 0) {
+            uv_sleep((unsigned int)rest_ms);
+            uint64_t woke = uv_hrtime();
+            j->paced_ns += woke - now;
+            now = woke;
+        }
+    }
+    j->slice_start = now;
+}
+
 /* Merges `in` into output files, dropping what no reader can see. */
 static int write_outputs(job *j, iter *in)
 {
@@ -509,8 +549,14 @@ static int write_outputs(job *j, iter *in)
     uint64_t clean = max_tomb;
     int rc = 0;
     bool have_key = false;
+    unsigned since_pace = 0;
+    j->slice_start = uv_hrtime();
 
     for (in->first(in); in->valid(in); in->next(in)) {
+        if (++since_pace == PACE_CHECK_EVERY) {
+            since_pace = 0;
+            job_pace(j);
+        }
         size_t kn, vn;
         const uint8_t *k = in->key(in, &kn);
         const uint8_t *v = in->value(in, &vn);
@@ -842,12 +888,32 @@ static void install(lsm *db, job *j)
     }
 }
 
+/* Whether the running job must go at full speed: someone waits for background work, or
+ * writes are about to stall on it (see lsm.h, "Pacing"). */
+static bool background_urgent(const lsm *db)
+{
+    if (db->closing || db->flush_waiters || db->seal_waiters || db->compact_waiters ||
+        db->write_waiters || db->force_compact > 0)
+        return true;
+    bool mem_half = db->mem && mem_bytes(db->mem) * 2 >= db->o.memtable_bytes;
+    if (mem_half && db->nsealed + 1 >= db->o.max_memtables)
+        return true;
+    return db->current->nfiles[0] * 2 >= db->o.l0_stop_files;
+}
+
+static void note_urgency(lsm *db)
+{
+    if (db->running)
+        atomic_store_explicit(&db->bg_urgent, background_urgent(db), memory_order_relaxed);
+}
+
 static void job_done(uv_work_t *req, int status)
 {
     job *j = req->data;
     lsm *db = j->db;
     (void)status;
     db->running = NULL;
+    db->st.paced_ms += j->paced_ns / 1000000u;
     if (j->err.code != ERR_NONE) {
         db->bg_err = j->err;
     } else {
@@ -1103,6 +1169,15 @@ static void maybe_schedule(lsm *db)
         if (j == NULL && db->nsealed > 0)
             j = flush_job(db);
     }
+    if (j == NULL && db->nsealed > 0) {
+        /* With a memtable sealed, flush_job was tried and fails only for want of memory:
+         * whoever waits for a flush hears it now rather than never (the next write, seal
+         * or job end tries again). */
+        strata_err e;
+        strata_err_set(&e, ERR_NOMEM, "out of memory starting a flush");
+        call_waiters(&db->flush_waiters, &e);
+        return;
+    }
     if (j == NULL) {
         if (db->nsealed == 0 && db->force_compact > 0) {
             db->force_compact = 0;
@@ -1112,6 +1187,7 @@ static void maybe_schedule(lsm *db)
         return;
     }
     db->running = j;
+    note_urgency(db);
     int rc = uv_queue_work(db->loop, &j->req, job_work, job_done);
     if (rc != 0) {
         db->running = NULL;
@@ -1121,7 +1197,9 @@ static void maybe_schedule(lsm *db)
 }
 
 /* ---- Write path ---- */
-static void seal(lsm *db)
+/* Seals the mutable memtable without starting its flush: a caller that will wait for the
+ * flush adds its waiter first, so the job starts knowing it is urgent. */
+static void seal_only(lsm *db)
 {
     if (db->mem == NULL)
         return;
@@ -1137,6 +1215,11 @@ static void seal(lsm *db)
     *tail = db->flush_waiters;
     db->flush_waiters = db->seal_waiters;
     db->seal_waiters = NULL;
+}
+
+static void seal(lsm *db)
+{
+    seal_only(db);
     maybe_schedule(db);
 }
 
@@ -1207,6 +1290,7 @@ int lsm_write(lsm *db, const lsm_batch *b, uint64_t range_id, uint64_t log_index
         return -1;
     }
     db->last_seq = seq;
+    note_urgency(db);
     return 0;
 }
 
@@ -1243,6 +1327,7 @@ void lsm_on_writable(lsm *db, lsm_cb cb, void *arg)
     w->arg = arg;
     w->next = db->write_waiters;
     db->write_waiters = w;
+    note_urgency(db);
 }
 
 /* ---- Read path ---- */
@@ -1749,6 +1834,15 @@ static bool add_waiter(waiter **list, lsm_cb cb, void *arg, uint64_t target)
     return true;
 }
 
+/* Adds a waiter for background work, which then goes at full speed. */
+static bool add_bg_waiter(lsm *db, waiter **list, lsm_cb cb, void *arg, uint64_t target)
+{
+    if (!add_waiter(list, cb, arg, target))
+        return false;
+    note_urgency(db);
+    return true;
+}
+
 void lsm_flush(lsm *db, lsm_cb cb, void *arg)
 {
     strata_err e = {0};
@@ -1767,7 +1861,7 @@ void lsm_flush(lsm *db, lsm_cb cb, void *arg)
      * would leave nothing to write to until that flush ends: every write would stall. It
      * stays mutable instead, and is sealed as soon as a flush frees a slot (job_done). */
     if (db->mem && db->nsealed > 0 && db->nsealed + 1 >= db->o.max_memtables) {
-        if (!add_waiter(&db->seal_waiters, cb, arg, 0)) {
+        if (!add_bg_waiter(db, &db->seal_waiters, cb, arg, 0)) {
             strata_err_set(&e, ERR_NOMEM, "out of memory");
             cb(arg, &e);
             return;
@@ -1777,14 +1871,15 @@ void lsm_flush(lsm *db, lsm_cb cb, void *arg)
     }
     /* A mutable memtable exists only if a slot was free for it, so sealing always fits. */
     if (db->mem)
-        seal(db);
+        seal_only(db);
     if (db->nsealed == 0) {
         cb(arg, &e);
         return;
     }
-    if (!add_waiter(&db->flush_waiters, cb, arg, mem_id(db->sealed[db->nsealed - 1]))) {
+    if (!add_bg_waiter(db, &db->flush_waiters, cb, arg, mem_id(db->sealed[db->nsealed - 1]))) {
         strata_err_set(&e, ERR_NOMEM, "out of memory");
         cb(arg, &e);
+        maybe_schedule(db); /* the sealed memtable still needs its flush */
         return;
     }
     maybe_schedule(db);
@@ -1800,10 +1895,11 @@ void lsm_compact(lsm *db, lsm_cb cb, void *arg)
         return;
     }
     if (db->mem && mem_count(db->mem) > 0)
-        seal(db);
-    if (!add_waiter(&db->compact_waiters, cb, arg, 0)) {
+        seal_only(db);
+    if (!add_bg_waiter(db, &db->compact_waiters, cb, arg, 0)) {
         strata_err_set(&e, ERR_NOMEM, "out of memory");
         cb(arg, &e);
+        maybe_schedule(db); /* the sealed memtable still needs its flush */
         return;
     }
     db->force_compact++;
@@ -2004,6 +2100,8 @@ int lsm_open(const lsm_options *opts, uv_loop_t *loop, lsm **out, strata_err *er
     if (opts->max_memtables == 1 || opts->max_memtables < 0 || opts->max_memtables > 16 ||
         opts->l0_compaction_files < 0 || opts->l0_stop_files < 0)
         return strata_err_set(err, ERR_VALIDATION, "lsm_open: bad memtable or level-0 limits");
+    if (opts->background_cpu_pct < 0 || opts->background_cpu_pct > 100)
+        return strata_err_set(err, ERR_VALIDATION, "lsm_open: background_cpu_pct is not 1..100");
     lsm *db = calloc(1, sizeof *db);
     if (db == NULL)
         return strata_err_set(err, ERR_NOMEM, "out of memory");
@@ -2025,6 +2123,8 @@ int lsm_open(const lsm_options *opts, uv_loop_t *loop, lsm **out, strata_err *er
         db->o.l0_compaction_files = 4;
     if (!db->o.l0_stop_files)
         db->o.l0_stop_files = 20;
+    if (!db->o.background_cpu_pct)
+        db->o.background_cpu_pct = 20;
     if (db->o.l0_stop_files <= db->o.l0_compaction_files)
         db->o.l0_stop_files = db->o.l0_compaction_files + 1;
     if (!db->o.level1_bytes)
@@ -2089,6 +2189,7 @@ void lsm_close(lsm *db, lsm_cb cb, void *arg)
     db->closing = true;
     db->close_cb = cb;
     db->close_arg = arg;
+    note_urgency(db);
     if (db->running == NULL)
         finish_close(db);
 }

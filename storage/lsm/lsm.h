@@ -37,6 +37,13 @@
  * until compaction has removed the data under them; whole files under a tombstone are
  * dropped without being rewritten.
  *
+ * Pacing. A flush or compaction is CPU work that nothing waits for most of the time, and
+ * a burst of it takes a core from the loop threads serving requests. So a job is paced to
+ * background_cpu_pct of one CPU, unless it is urgent: an lsm_flush, lsm_compact or
+ * lsm_on_writable caller waits, the engine is closing, the mutable memtable is half full
+ * with no free slot to seal it into, or level 0 is half way to l0_stop_files. Then it runs
+ * at full speed (a paced job that becomes urgent speeds up within a few milliseconds).
+ *
  * Errors. Corruption found in a table file or the manifest (xxh3 checksum or format
  * mismatch) is reported as ERR_CORRUPT naming the file and offset; corrupt data is never
  * returned. An I/O error in a background flush or compaction is sticky: later writes and
@@ -74,6 +81,11 @@ typedef struct {
     uint64_t level1_bytes;    /* level 1 target size; x10 per deeper level [256 MiB] */
     bool no_compression;      /* store blocks raw instead of lz4 */
     bool no_compaction;       /* tests: never compact automatically */
+    /* The share of one CPU, in percent, a flush or compaction takes while nothing waits
+     * for it: it works in slices and sleeps in between, so that the loop threads it shares
+     * the machine with are not starved by a burst. It runs unpaced while something does
+     * wait (see "Pacing" above); 100 never paces. [20] */
+    int background_cpu_pct;
 } lsm_options;
 
 /* Called on the loop thread; err->code is ERR_NONE on success. */
@@ -192,6 +204,7 @@ typedef struct {
     uint64_t flushes, compactions, files_dropped_whole;
     uint64_t bytes_flushed, bytes_compacted; /* table bytes written */
     uint64_t write_stalls;                   /* lsm_write calls refused with ERR_BUSY */
+    uint64_t paced_ms;                       /* background jobs slept this long, pacing */
     uint64_t cache_hits, cache_misses;
     int range_tombstones; /* live in files (manifest) */
     int snapshots, iterators;

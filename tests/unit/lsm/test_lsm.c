@@ -885,6 +885,70 @@ static void close_answers_a_flush_waiting_to_seal(void **state)
     assert_int_equal(second.err.code, ERR_UNAVAILABLE);
 }
 
+/* Writes `n` distinct 100-byte values under range 1, log indexes 1..n. */
+static void put_many(lsm *db, int n)
+{
+    char k[32], val[101];
+    memset(val, 'v', sizeof val - 1);
+    val[sizeof val - 1] = 0;
+    for (int i = 0; i < n; i++) {
+        snprintf(k, sizeof k, "key%08d", (i * 7919) % n);
+        put1(db, k, val, 1, (uint64_t)i + 1);
+    }
+}
+
+/* A memtable that filled up is flushed by a job nothing waits for: it is paced (sleeps
+ * between slices of work) and still completes. */
+static void a_flush_nothing_waits_for_is_paced(void **state)
+{
+    fixture *f = *state;
+    f->o.memtable_bytes = 8 << 20;
+    f->o.background_cpu_pct = 10;
+    lsm *db = open_db(&f->loop, &f->o);
+    lsm_stats st;
+    for (lsm_get_stats(db, &st); st.memtables < 2; lsm_get_stats(db, &st))
+        put_many(db, 1000); /* the same keys again: memtables grow until one is sealed */
+    double deadline = now_s() + 30;
+    while (st.flushes == 0) {
+        assert_true(now_s() < deadline);
+        uv_run(&f->loop, UV_RUN_ONCE);
+        lsm_get_stats(db, &st);
+    }
+    assert_true(st.paced_ms > 0);
+    assert_int_equal(lsm_durable_index(db, 1), 1000);
+    close_db(&f->loop, db);
+}
+
+/* A flush someone waits for (lsm_flush) runs at full speed from its start. */
+static void a_flush_someone_waits_for_is_not_paced(void **state)
+{
+    fixture *f = *state;
+    f->o.memtable_bytes = 8 << 20;
+    f->o.background_cpu_pct = 1;
+    lsm *db = open_db(&f->loop, &f->o);
+    for (int i = 0; i < 40; i++)
+        put_many(db, 1000);
+    flush_db(&f->loop, db);
+    lsm_stats st;
+    lsm_get_stats(db, &st);
+    assert_int_equal(st.flushes, 1);
+    assert_int_equal(st.paced_ms, 0);
+    close_db(&f->loop, db);
+}
+
+static void bad_background_share_is_refused(void **state)
+{
+    fixture *f = *state;
+    lsm *db = NULL;
+    strata_err err = {0};
+    f->o.background_cpu_pct = 101;
+    assert_int_equal(lsm_open(&f->o, &f->loop, &db, &err), -1);
+    assert_int_equal(err.code, ERR_VALIDATION);
+    f->o.background_cpu_pct = -1;
+    assert_int_equal(lsm_open(&f->o, &f->loop, &db, &err), -1);
+    assert_null(db);
+}
+
 static void level0_file_count_stops_writes(void **state)
 {
     fixture *f = *state;
@@ -1162,6 +1226,12 @@ int main(void)
         cmocka_unit_test_setup_teardown(flush_during_a_flush_leaves_room_for_writes, fixture_setup,
                                         fixture_teardown),
         cmocka_unit_test_setup_teardown(close_answers_a_flush_waiting_to_seal, fixture_setup,
+                                        fixture_teardown),
+        cmocka_unit_test_setup_teardown(a_flush_nothing_waits_for_is_paced, fixture_setup,
+                                        fixture_teardown),
+        cmocka_unit_test_setup_teardown(a_flush_someone_waits_for_is_not_paced, fixture_setup,
+                                        fixture_teardown),
+        cmocka_unit_test_setup_teardown(bad_background_share_is_refused, fixture_setup,
                                         fixture_teardown),
         cmocka_unit_test_setup_teardown(level0_file_count_stops_writes, fixture_setup,
                                         fixture_teardown),
