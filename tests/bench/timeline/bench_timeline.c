@@ -14,7 +14,9 @@
  *     -t TABLE     table (default bench), hash key attribute pk (S)
  *     -i MS        interval of the timeline (default 100)
  *     -s MS        a request slower than this is "slow" (default 10)
- *     -l FILE      also log every request: start_us latency_us status key
+ *     -l FILE      also log every request: start_us latency_us status key; its first line,
+ *                  "# start_monotonic_us N", is when the run began on CLOCK_MONOTONIC,
+ *                  the clock of `perf record -k CLOCK_MONOTONIC`, to line the two up
  *
  * Requests and keys are those of ../shared/bench/ddb-put.lua and ddb-get.lua. Output:
  * totals and percentiles, then one line per interval (requests/s of the requests that
@@ -24,6 +26,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -369,6 +372,7 @@ int main(int argc, char **argv)
             perror(o.log_path);
             return 1;
         }
+        fprintf(f, "# start_monotonic_us %" PRIu64 "\n", start);
         for (size_t i = 0; i < n; i++)
             fprintf(f, "%u %u %u k%09u\n", samples[i].start_us, samples[i].latency_us,
                     samples[i].status, samples[i].key);
