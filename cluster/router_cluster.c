@@ -33,10 +33,11 @@
  * the host it holds the state up to that index. An engine key (table 0, 'I', partition)
  * marks a copy in progress: a replica restarted with the mark has a partial state, and
  * applies nothing until a new copy completes.
- * A request refused before anything was proposed is answered with ERR_UNAVAILABLE and a
- * message starting with RETRY_PREFIX (and the leader as known there): the caller may
- * send it again elsewhere. Any other failure of a write may hide a commit and is never
- * retried here.
+ * A request refused before anything was proposed, or whose entry is known never to
+ * commit (raft_host's not_applied: a leader change put another entry at its index), is
+ * answered with ERR_UNAVAILABLE and a message starting with RETRY_PREFIX (and the leader
+ * as known there): the caller may send it again elsewhere. Any other failure of a write
+ * may hide a commit and is never retried here.
  *
  * Every operation (write, read, meta change) is an `op`: it is attempted, and retried
  * after a backoff while the failure is known to be harmless and its deadline has not
@@ -996,6 +997,10 @@ static void on_local_write(void *data, const raft_host_outcome *out)
         seen_note(o->c, o->pid, out->index);
         o->wcb(o->ctx, NULL, out->result, out->result_len);
         op_free(o);
+        return;
+    }
+    if (out->code == ERR_UNAVAILABLE && out->not_applied) {
+        op_retry(o, out->leader_hint); /* another entry took its place: never applied */
         return;
     }
     op_fail_code(o, out->code == ERR_UNAVAILABLE ? ERR_UNAVAILABLE : ERR_INTERNAL,
@@ -3280,9 +3285,12 @@ static void on_served_write(void *data, const raft_host_outcome *out)
         buf_append(&b, out->result, out->result_len);
         rpc_respond(resp, b.data, b.len, NULL);
         buf_free(&b);
-    } else
+    } else if (out->code == ERR_UNAVAILABLE && out->not_applied) {
+        respond_retry(resp, out->leader_hint, "leadership changed; not applied");
+    } else {
         rpc_respond_error(resp, out->code == ERR_UNAVAILABLE ? ERR_UNAVAILABLE : ERR_INTERNAL,
                           "leadership lost or replica failed; outcome unknown");
+    }
 }
 
 static void serve_write(rcluster *c, const uint8_t *data, size_t len, rpc_responder *resp)

@@ -35,6 +35,9 @@ typedef struct log_chunk {
 } log_chunk;
 #define LOG_CHUNK_MIN (4u << 10)
 #define LOG_CHUNK_MAX (64u << 10)
+/* A submit orphaned by a step-down waits this many election timeouts for its index to be
+ * applied here (see stepped_down). */
+#define ORPHAN_TIMEOUTS 2
 
 /* A submit or read waiting for its log index to be applied. */
 typedef struct pending {
@@ -42,6 +45,7 @@ typedef struct pending {
     uint64_t index;
     uint64_t term;
     uint64_t round; /* raft_host_read_index: the leadership check that must confirm it */
+    uint64_t give_up_at; /* an orphaned submit: fails, outcome unknown, at this time (ms) */
     raft_host_done_cb cb;
     void *data;
 } pending;
@@ -114,6 +118,10 @@ typedef struct group {
     append_req *appends; /* in request order */
     uint64_t deferred_persisted;
     pending_list submits; /* increasing index */
+    /* Submits whose leader (this node) stepped down before their entry was applied: each
+     * waits for this replica to apply its index, which tells whether the entry committed
+     * (see resolve_orphans), or gives up. In the order they were orphaned. */
+    pending_list orphans;
     pending_list reads_waiting;
     pending_list reads_inflight; /* covered by the barrier at barrier_index */
     uint64_t barrier_index;
@@ -275,14 +283,27 @@ static void list_push(pending_list *l, pending *p)
     l->tail = p;
 }
 
+static void finish_outcome(pending *p, const raft_host_outcome *o)
+{
+    raft_host_done_cb cb = p->cb;
+    void *data = p->data;
+    free(p);
+    cb(data, o);
+}
+
 static void finish(pending *p, strata_code code, uint64_t hint, const void *res, size_t rlen)
 {
     raft_host_outcome o = {
         .code = code, .leader_hint = hint, .index = p->index, .result = res, .result_len = rlen};
-    raft_host_done_cb cb = p->cb;
-    void *data = p->data;
-    free(p);
-    cb(data, &o);
+    finish_outcome(p, &o);
+}
+
+/* A submit whose index was applied with another entry: it certainly did not commit. */
+static void finish_not_applied(pending *p, uint64_t hint)
+{
+    raft_host_outcome o = {
+        .code = ERR_UNAVAILABLE, .leader_hint = hint, .index = p->index, .not_applied = true};
+    finish_outcome(p, &o);
 }
 
 /* Fails every pending op in `l` (the list is detached first: callbacks may add new ops). */
@@ -297,15 +318,22 @@ static void fail_list(pending_list *l, strata_code code, uint64_t hint)
     }
 }
 
+static void fail_reads(group *g, strata_code code, uint64_t hint)
+{
+    g->barrier_index = 0;
+    fail_list(&g->reads_inflight, code, hint);
+    fail_list(&g->reads_waiting, code, hint);
+    fail_list(&g->ri_waiting, code, hint);
+    fail_list(&g->ri_applying, code, hint);
+}
+
 static void fail_all_ops(group *g, strata_code code)
 {
     uint64_t hint = g->failed ? 0 : leader_of(g);
     g->barrier_index = 0;
     fail_list(&g->submits, code, hint);
-    fail_list(&g->reads_inflight, code, hint);
-    fail_list(&g->reads_waiting, code, hint);
-    fail_list(&g->ri_waiting, code, hint);
-    fail_list(&g->ri_applying, code, hint);
+    fail_list(&g->orphans, code, hint);
+    fail_reads(g, code, hint);
 }
 
 /* Ends the transfer in progress (if any) with `code`; the callback may call back in. */
@@ -825,6 +853,74 @@ static int write_term_vote(group *g, strata_err *err)
     return 0;
 }
 
+/* This node no longer leads: reads fail (a deposed leader serves none), while submits
+ * become orphans, kept until this replica applies their index (resolve_orphans) or for
+ * ORPHAN_TIMEOUTS election timeouts: after a leadership transfer, or a step-down with
+ * the entries already on the followers, the next leader commits them within a few
+ * heartbeats, and their submitters hear of the success instead of an unknown outcome. */
+static void stepped_down(group *g)
+{
+    uint64_t give_up = now_ms(g->h) + ORPHAN_TIMEOUTS * (uint64_t)g->h->cfg.election_timeout_ms;
+    for (pending *p = g->submits.head; p != NULL; p = p->next)
+        p->give_up_at = give_up;
+    if (g->submits.head != NULL) {
+        if (g->orphans.tail != NULL)
+            g->orphans.tail->next = g->submits.head;
+        else
+            g->orphans.head = g->submits.head;
+        g->orphans.tail = g->submits.tail;
+        g->submits.head = g->submits.tail = NULL;
+    }
+    fail_reads(g, ERR_UNAVAILABLE, leader_of(g));
+}
+
+/* Entry `index` of `term` was committed and applied here (with result res). An orphan at
+ * that index learns whether it was its own entry. An orphan above it of a lower term is
+ * dead too: every log holding the committed entry has terms >= `term` after it, and every
+ * future leader's log holds it, so no entry of a lower term above it can ever commit (the
+ * next leader's first entry settles the orphans it did not carry). An orphan below it was
+ * skipped by an installed snapshot: its outcome cannot be known. Detached first:
+ * callbacks may submit again. */
+static void resolve_orphans(group *g, uint64_t index, uint64_t term, const void *res, size_t rlen)
+{
+    pending_list done = {NULL, NULL}, keep = {NULL, NULL};
+    pending *p = g->orphans.head;
+    g->orphans.head = g->orphans.tail = NULL;
+    while (p != NULL) {
+        pending *next = p->next;
+        p->next = NULL;
+        list_push(p->index <= index || p->term < term ? &done : &keep, p);
+        p = next;
+    }
+    g->orphans = keep;
+    uint64_t hint = leader_of(g);
+    while (done.head != NULL) {
+        p = done.head;
+        done.head = p->next;
+        if (p->index == index && p->term == term)
+            finish(p, ERR_NONE, hint, res, rlen);
+        else if (p->index >= index)
+            finish_not_applied(p, hint);
+        else
+            finish(p, ERR_UNAVAILABLE, hint, NULL, 0);
+    }
+}
+
+/* Orphans whose wait is over fail with their outcome unknown. */
+static void expire_orphans(group *g, uint64_t now)
+{
+    pending_list done = {NULL, NULL};
+    while (g->orphans.head != NULL && g->orphans.head->give_up_at <= now) {
+        pending *p = g->orphans.head;
+        g->orphans.head = p->next;
+        if (g->orphans.head == NULL)
+            g->orphans.tail = NULL;
+        p->next = NULL;
+        list_push(&done, p);
+    }
+    fail_list(&done, ERR_UNAVAILABLE, leader_of(g));
+}
+
 static void process_update(group *g, struct raft_update *up)
 {
     strata_err err;
@@ -844,7 +940,7 @@ static void process_update(group *g, struct raft_update *up)
     if (up->flags & RAFT_UPDATE_MESSAGES)
         send_messages(g, up);
     if ((up->flags & RAFT_UPDATE_STATE) && raft_state(&g->raft) != RAFT_LEADER)
-        fail_all_ops(g, ERR_UNAVAILABLE);
+        stepped_down(g);
 }
 
 /* Submits one entry of `type` at the current term; returns its index or 0. */
@@ -1169,9 +1265,13 @@ static int apply_one(group *g, uint64_t index, log_entry *le)
         here.head = p->next;
         if (p->index == index && p->term == le->term)
             finish(p, ERR_NONE, h->cfg.node_id, res, rlen);
+        else if (p->index == index)
+            finish_not_applied(p, hint);
         else
             finish(p, ERR_UNAVAILABLE, hint, NULL, 0);
     }
+    if (g->orphans.head != NULL)
+        resolve_orphans(g, index, le->term, res, rlen);
     free(res);
 
     if (le->type == RAFT_BARRIER && g->barrier_index == index) {
@@ -1458,6 +1558,8 @@ static uint64_t group_deadline(const group *g)
     uint64_t ri = ri_retry_at(g);
     if (ri != 0 && (d == 0 || ri < d))
         d = ri;
+    if (g->orphans.head != NULL && (d == 0 || g->orphans.head->give_up_at < d))
+        d = g->orphans.head->give_up_at;
     return d;
 }
 
@@ -2260,6 +2362,9 @@ static void tick_in(raft_host *h)
         if (g->installing && g->install_retry_at != 0 && g->install_retry_at <= now)
             install_call(g); /* a failed out-of-band copy, tried again */
         ri_retry(g, now);
+        if (g->failed)
+            continue;
+        expire_orphans(g, now);
         if (g->failed)
             continue;
         uint64_t t = raft_timeout(&g->raft);

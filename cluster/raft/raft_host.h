@@ -254,6 +254,9 @@ typedef struct {
     uint64_t index;       /* log index of the command / barrier (0 if none) */
     const void *result;   /* apply result (submit only); valid during the callback */
     size_t result_len;
+    bool not_applied; /* ERR_UNAVAILABLE of a submit only: another command took its
+                         index, so it certainly was not (and never will be) committed;
+                         submitting it again is safe */
 } raft_host_outcome;
 
 typedef void (*raft_host_done_cb)(void *data, const raft_host_outcome *out);
@@ -364,7 +367,12 @@ void raft_host_tick(raft_host *h);
  * when this node is not the leader (raft_host_leader gives the hint), ERR_NOT_FOUND for
  * an unknown group, ERR_NOMEM. On 0, cb fires exactly once: ERR_NONE once the command is
  * committed and applied on this node (with its result), or a failure as described in
- * raft_host_outcome.
+ * raft_host_outcome. If this node stops leading before the command is applied, the
+ * submit still waits, for two election timeouts at most, for this replica to apply the
+ * command's index (as a follower): a leadership transfer or a step-down with the entry
+ * already on a majority then ends in ERR_NONE with the result computed here, and an
+ * entry the next leader replaced ends in ERR_UNAVAILABLE with not_applied. Only a wait
+ * that runs out ends in ERR_UNAVAILABLE with the outcome unknown.
  */
 int raft_host_submit(raft_host *h, uint64_t group, const void *cmd, size_t len,
                      raft_host_done_cb cb, void *data, strata_err *err);
@@ -518,8 +526,9 @@ bool raft_host_transfer_ready(const raft_host *h, uint64_t group, uint64_t targe
  *   ERR_UNAVAILABLE: the transfer ended with this node still leading (the core gives up
  *   one election timeout after the call if the target did not take over), or the group
  *   stopped or failed, or the host closed.
- * Ops pending on this leader when it steps down fail as for any leadership change.
- * Same calling rules as raft_host_submit.
+ * When this node steps down, its pending reads fail and its pending submits wait for
+ * their outcome, as for any leadership change (raft_host_submit): after a transfer they
+ * normally succeed, committed by the new leader. Same calling rules as raft_host_submit.
  */
 int raft_host_transfer(raft_host *h, uint64_t group, uint64_t target, raft_host_done_cb cb,
                        void *data, strata_err *err);

@@ -118,6 +118,9 @@
  *      exactly the set of nodes holding a replica (checks 3 and 4 run over those).
  *   7. (--transfers) every started transfer's callback fires exactly once, and a transfer
  *      reported done (ERR_NONE) left its old leader not leading.
+ *   9. a write reported as never to commit in a group (raft_host's not_applied, after a
+ *      leader change) is applied there by no replica, before the report or after it (with
+ *      --splits a write is re-sent to a child after a MOVED answer: each group apart).
  *   8. (--splits) writes: every replica applies write w to key k as the same version of k
  *      (a per-key history, global), so a child that did not start from its parent's state,
  *      or a replica that missed a write, is caught at its next write to the key; no write
@@ -162,6 +165,9 @@
 #define SPLIT_MARK    (1ull << 62) /* check 2's record of a SPLIT entry: mark | child id */
 #define NOP_KEY       0xFF         /* a write command with this key changes nothing */
 #define NOP_MARK      (1ull << 61) /* check 2's record of a no-op */
+#define WID_APPLIED     1ull         /* check 9: a replica applied the write (bit of its group) */
+#define WID_NOT_APPLIED 2ull         /* check 9: the write was reported never to commit there */
+_Static_assert(2 * MAX_GROUPS <= 64, "check 9 keeps two bits per group in a uint64_t");
 
 /* Deliberate bugs for `--inject`: each must make the checks fail on some seed. */
 enum { INJECT_NONE, INJECT_STALE_READ, INJECT_LYING_DISK, INJECT_BAD_COPY, INJECT_SPLIT_NO_FLUSH };
@@ -470,13 +476,16 @@ typedef struct sim {
     uint64_t hist_n[NKEYS];
     uint64_t *wid_at; /* write id -> key << 40 | version where it was applied */
     size_t wid_at_cap;
+    uint64_t *wid_fate; /* check 9: write id -> per group, WID_APPLIED and WID_NOT_APPLIED
+                           bits at 2 * group */
+    size_t wid_fate_cap;
     uint64_t acked_max_ver[NKEYS], read_max_ver[NKEYS];
     uint64_t split_seq; /* tells EV_SPLIT events of earlier SPLITs apart */
     /* stats */
     uint64_t events, msgs, acked, reads_ok, crashes, busy, snap_points, compactions, installs,
         install_failures, chunks, moves_done, changes, self_removals, transfers_started,
         transfers_done, transfers_failed, transfers_refused, splits_proposed, splits_done,
-        split_applies, moved, rejoins, compact_alls, seeded, rejoins_started;
+        split_applies, moved, rejoins, compact_alls, seeded, rejoins_started, not_applied;
 } sim;
 
 static void fail(sim *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -1036,6 +1045,11 @@ static int fsm_apply(void *ctx, uint64_t group, uint64_t index, const void *cmd,
     if (s->splits)
         memcpy(&hash, c + 9, 8);
     record_index(s, nd, group, index, wid);
+    grow_u64(&s->wid_fate, &s->wid_fate_cap, wid);
+    if (s->wid_fate[wid] & (WID_NOT_APPLIED << (2 * group)))
+        fail(s, "write %" PRIu64 " reported never to commit, applied at index %" PRIu64, wid,
+             index);
+    s->wid_fate[wid] |= WID_APPLIED << (2 * group);
     if (s->splits && !in_range(f, hash)) {
         /* Not applied: the key moved to a child; the client sends it there. */
         uint8_t *m = malloc(2);
@@ -1458,6 +1472,13 @@ static void op_done(void *data, const raft_host_outcome *o)
     p->done = true;
     if (o->leader_hint != 0)
         s->leader_hint[p->group] = o->leader_hint;
+    if (o->code == ERR_UNAVAILABLE && o->not_applied && !p->is_read) {
+        grow_u64(&s->wid_fate, &s->wid_fate_cap, p->wid);
+        if (s->wid_fate[p->wid] & (WID_APPLIED << (2 * p->group)))
+            fail(s, "write %" PRIu64 " reported never to commit, but already applied", p->wid);
+        s->wid_fate[p->wid] |= WID_NOT_APPLIED << (2 * p->group);
+        s->not_applied++;
+    }
     if (o->code != ERR_NONE)
         return;
     node *nd = &s->nodes[p->node];
@@ -2551,11 +2572,13 @@ static bool run_seed(uint64_t seed, int nodes_opt, bool verbose)
                " chunks), %" PRIu64 " moves (%" PRIu64 " changes proposed, %" PRIu64
                " by a leader removing itself, %" PRIu64
                " back to a node just dropped), transfers %" PRIu64 " started (%" PRIu64
-               " done, %" PRIu64 " gave up, %" PRIu64 " refused); applied",
+               " done, %" PRIu64 " gave up, %" PRIu64 " refused), %" PRIu64
+               " writes known not applied; applied",
                seed, s->nnodes, s->ngroups, s->events, s->msgs, s->acked, s->reads_ok, s->crashes,
                s->busy, s->compactions, s->snap_points, s->installs, s->install_failures, s->chunks,
                s->moves_done, s->changes, s->self_removals, s->rejoins_started,
-               s->transfers_started, s->transfers_done, s->transfers_failed, s->transfers_refused);
+               s->transfers_started, s->transfers_done, s->transfers_failed, s->transfers_refused,
+               s->not_applied);
         if (s->splits)
             printf(", splits %" PRIu64 " proposed, %" PRIu64 " made (%" PRIu64
                    " applied on replicas, %" PRIu64 " children joined from the map, %" PRIu64
@@ -2612,6 +2635,7 @@ static bool run_seed(uint64_t seed, int nodes_opt, bool verbose)
     for (int k = 0; k < NKEYS; k++)
         free(s->hist[k]);
     free(s->wid_at);
+    free(s->wid_fate);
     free(s);
     return ok;
 }

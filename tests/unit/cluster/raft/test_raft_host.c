@@ -244,6 +244,7 @@ typedef struct {
     uint64_t hint;
     uint8_t result[16];
     size_t result_len;
+    bool not_applied;
 } outcome_rec;
 
 static void record(void *data, const raft_host_outcome *o)
@@ -253,6 +254,7 @@ static void record(void *data, const raft_host_outcome *o)
     r->code = o->code;
     r->index = o->index;
     r->hint = o->leader_hint;
+    r->not_applied = o->not_applied;
     r->result_len = o->result_len < sizeof r->result ? o->result_len : sizeof r->result;
     if (o->result_len)
         memcpy(r->result, o->result, r->result_len);
@@ -648,8 +650,11 @@ static void test_deposed_leader_fails_pending(void **state)
     assert_true(rd.calls == 0 || rd.code == ERR_UNAVAILABLE);
     assert_true(w.calls == 0 || w.code == ERR_UNAVAILABLE);
 
-    /* Healed: the old leader learns the new term and leader; what it held has failed. */
+    /* Healed: the old leader learns the new term and leader; what it held has failed.
+     * The new leader writes at the index the old one had used. */
     cut[l] = false;
+    outcome_rec w2 = {0};
+    assert_int_equal(raft_host_submit(ch[nl], 1, "def", 3, record, &w2, &err), 0);
     for (int r = 0;
          r < 400 && (w.calls == 0 || rd.calls == 0 || raft_host_leader(ch[l], 1) != (uint64_t)nl);
          r++)
@@ -658,6 +663,10 @@ static void test_deposed_leader_fails_pending(void **state)
     assert_int_equal(rd.code, ERR_UNAVAILABLE); /* a deposed leader never serves the read */
     assert_int_equal(w.calls, 1);
     assert_int_equal(w.code, ERR_UNAVAILABLE);
+    /* Its entry never left it: once the old leader applies the new leader's entry at its
+     * index, its own is known never to commit (it used to answer "outcome unknown"). */
+    assert_true(w.not_applied);
+    assert_int_equal(w2.code, ERR_NONE);
     assert_false(raft_host_is_leader(ch[l], 1));
     assert_int_equal(raft_host_leader(ch[l], 1), (uint64_t)nl);
 
@@ -2415,6 +2424,60 @@ static void test_transfer(void **state)
     cluster_stop();
 }
 
+/* A leader that steps down with its entry already on the followers: the next leader
+ * commits it, and the old leader, applying it as a follower, answers its submitter with
+ * success and the result (it used to answer "outcome unknown" at the step-down). */
+static void test_deposed_leader_learns_its_write_committed(void **state)
+{
+    (void)state;
+    strata_err err;
+    cluster_start();
+    int l = cluster_write(1);
+    outcome_rec w = {0};
+    assert_int_equal(raft_host_submit(ch[l], 1, "xyz", 3, record, &w, &err), 0);
+    cluster_round(); /* the entry reaches the followers ... */
+    cut[l] = true;   /* ... and their acknowledgements never reach the leader */
+    int nl = cluster_elect();
+    assert_int_not_equal(nl, 0);
+    assert_int_not_equal(nl, l);
+    assert_int_equal(w.calls, 0);
+    cut[l] = false;
+    for (int r = 0; r < 400 && w.calls == 0; r++)
+        cluster_round();
+    assert_int_equal(w.calls, 1);
+    assert_int_equal(w.code, ERR_NONE);
+    assert_int_equal(w.result_len, 3);
+    assert_memory_equal(w.result, "zyx", 3);
+    assert_false(raft_host_is_leader(ch[l], 1));
+    cluster_stop();
+}
+
+/* A deposed leader cut off for good cannot learn its write's fate: it gives up two
+ * election timeouts after stepping down, with the outcome unknown. */
+static void test_orphaned_submit_gives_up(void **state)
+{
+    (void)state;
+    strata_err err;
+    cluster_start();
+    int l = cluster_write(1);
+    outcome_rec w = {0};
+    assert_int_equal(raft_host_submit(ch[l], 1, "xyz", 3, record, &w, &err), 0);
+    cluster_round();
+    cut[l] = true;
+    int r = 0;
+    for (; r < 400 && raft_host_is_leader(ch[l], 1); r++)
+        cluster_round();
+    assert_false(raft_host_is_leader(ch[l], 1));
+    uint64_t stepped_down = cenv[l].now;
+    for (; r < 800 && w.calls == 0; r++)
+        cluster_round();
+    assert_int_equal(w.calls, 1);
+    assert_int_equal(w.code, ERR_UNAVAILABLE);
+    assert_false(w.not_applied);
+    assert_true(cenv[l].now >= stepped_down + 2 * 100);
+    cluster_stop();
+}
+
 /* A voter that holds a higher term than the others (from an election it could not win)
  * and a log too short to win refuses their pre-votes for a lower term, and the core
  * answers pre-votes with the request's own term: without the host adopting the term its
@@ -2657,6 +2720,8 @@ int main(void)
         cmocka_unit_test(test_membership_move),
         cmocka_unit_test(test_change_mid_batch),
         cmocka_unit_test(test_transfer),
+        cmocka_unit_test(test_deposed_leader_learns_its_write_committed),
+        cmocka_unit_test(test_orphaned_submit_gives_up),
         cmocka_unit_test(test_timeout_now_waits_for_writes),
         cmocka_unit_test(test_campaign_soon),
         cmocka_unit_test(test_set_heartbeat),
