@@ -66,6 +66,7 @@ struct lsm {
     int niters;
 
     job *running;
+    int reaping; /* flushed memtables being freed on a worker (see reap_memtable) */
     bool closing;
     lsm_cb close_cb;
     void *close_arg;
@@ -907,6 +908,50 @@ static void note_urgency(lsm *db)
         atomic_store_explicit(&db->bg_urgent, background_urgent(db), memory_order_relaxed);
 }
 
+/* A flushed memtable held by nothing else is freed on a worker: freeing 64 MiB (chunks
+ * handed back with munmap, the index, the log-index maps) took 6.5 ms of the loop. */
+typedef struct {
+    uv_work_t req;
+    lsm *db;
+    memtable *mem;
+} reaper;
+
+static void reap_work(uv_work_t *req)
+{
+    reaper *r = req->data;
+    mem_unref(r->mem); /* the last reference: no other thread can see the memtable */
+}
+
+static void reap_done(uv_work_t *req, int status)
+{
+    reaper *r = req->data;
+    lsm *db = r->db;
+    (void)status;
+    free(r);
+    if (--db->reaping == 0 && db->closing && db->running == NULL)
+        finish_close(db);
+}
+
+/* Takes the job's reference to its flushed memtable; frees it on a worker if it was the
+ * last one (else an iterator still reads it and frees it when done, on the loop). */
+static void reap_memtable(lsm *db, job *j)
+{
+    memtable *m = j->mem;
+    if (m == NULL || mem_refs(m) != 1)
+        return;
+    reaper *r = malloc(sizeof *r);
+    if (r == NULL)
+        return; /* job_free frees it here */
+    *r = (reaper){.db = db, .mem = m};
+    r->req.data = r;
+    if (uv_queue_work(db->loop, &r->req, reap_work, reap_done) != 0) {
+        free(r);
+        return;
+    }
+    j->mem = NULL;
+    db->reaping++;
+}
+
 static void job_done(uv_work_t *req, int status)
 {
     job *j = req->data;
@@ -918,6 +963,7 @@ static void job_done(uv_work_t *req, int status)
         db->bg_err = j->err;
     } else {
         install(db, j);
+        reap_memtable(db, j);
     }
     job_free(j);
     if (db->bg_err.code != ERR_NONE) {
@@ -927,7 +973,8 @@ static void job_done(uv_work_t *req, int status)
         call_waiters(&db->write_waiters, &db->bg_err);
     }
     if (db->closing) {
-        finish_close(db);
+        if (db->reaping == 0)
+            finish_close(db);
         return;
     }
     if (db->seal_waiters && db->nsealed + 1 < db->o.max_memtables)
@@ -2190,6 +2237,6 @@ void lsm_close(lsm *db, lsm_cb cb, void *arg)
     db->close_cb = cb;
     db->close_arg = arg;
     note_urgency(db);
-    if (db->running == NULL)
+    if (db->running == NULL && db->reaping == 0)
         finish_close(db);
 }

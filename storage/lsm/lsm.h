@@ -19,7 +19,8 @@
  *
  * Threading. One libuv loop thread owns the engine: every function here must be called on
  * that thread, and every callback runs on it. Flushes and compactions run on libuv worker
- * threads (uv_queue_work) and never block the loop; lsm_write and lsm_get never wait for
+ * threads (uv_queue_work), and a flushed memtable is freed on one, so they never block
+ * the loop; lsm_write and lsm_get never wait for
  * them (lsm_get may read a data block from a table file: a pread, usually page-cached).
  *
  * Memory. Memtables are bounded: one memtable grows to memtable_bytes and is then sealed

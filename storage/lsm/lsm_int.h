@@ -110,6 +110,7 @@ typedef struct u64map u64map;
 memtable *mem_new(size_t chunk_bytes);
 void mem_ref(memtable *m);
 void mem_unref(memtable *m);
+int mem_refs(const memtable *m); /* references held */
 /* Copies the entry in; false on OOM. */
 bool mem_add(memtable *m, uint64_t seq, int type, const void *key, size_t klen, const void *val,
              size_t vlen);

@@ -236,6 +236,11 @@ void mem_ref(memtable *m)
     m->refs++;
 }
 
+int mem_refs(const memtable *m)
+{
+    return m->refs;
+}
+
 void mem_unref(memtable *m)
 {
     if (m == NULL || --m->refs > 0)
