@@ -2427,16 +2427,24 @@ static void test_transfer(void **state)
 /* A leader that steps down with its entry already on the followers: the next leader
  * commits it, and the old leader, applying it as a follower, answers its submitter with
  * success and the result (it used to answer "outcome unknown" at the step-down). */
-static void test_deposed_leader_learns_its_write_committed(void **state)
+/* Starts the cluster, submits "xyz" at its leader and runs one round: the entry reaches
+ * the followers, not yet their acknowledgements. Returns the leader. */
+static int leader_with_a_write_out(outcome_rec *w)
 {
-    (void)state;
     strata_err err;
     cluster_start();
     int l = cluster_write(1);
+    assert_int_equal(raft_host_submit(ch[l], 1, "xyz", 3, record, w, &err), 0);
+    cluster_round();
+    return l;
+}
+
+static void test_deposed_leader_learns_its_write_committed(void **state)
+{
+    (void)state;
     outcome_rec w = {0};
-    assert_int_equal(raft_host_submit(ch[l], 1, "xyz", 3, record, &w, &err), 0);
-    cluster_round(); /* the entry reaches the followers ... */
-    cut[l] = true;   /* ... and their acknowledgements never reach the leader */
+    int l = leader_with_a_write_out(&w);
+    cut[l] = true; /* the followers' acknowledgements never reach the leader */
     int nl = cluster_elect();
     assert_int_not_equal(nl, 0);
     assert_int_not_equal(nl, l);
@@ -2457,12 +2465,8 @@ static void test_deposed_leader_learns_its_write_committed(void **state)
 static void test_orphaned_submit_gives_up(void **state)
 {
     (void)state;
-    strata_err err;
-    cluster_start();
-    int l = cluster_write(1);
     outcome_rec w = {0};
-    assert_int_equal(raft_host_submit(ch[l], 1, "xyz", 3, record, &w, &err), 0);
-    cluster_round();
+    int l = leader_with_a_write_out(&w);
     cut[l] = true;
     int r = 0;
     for (; r < 400 && raft_host_is_leader(ch[l], 1); r++)
