@@ -981,7 +981,9 @@ router *router_open(const router_config *cfg, strata_err *err)
     if (ok && router_mkdir_p(cfg->data_dir, err) < 0)
         ok = false;
     if (ok) {
-        lsm_options lo = {.dir = lsm_dir, .memtable_bytes = cfg->memtable_bytes};
+        lsm_options lo = {.dir = lsm_dir,
+                          .memtable_bytes = cfg->memtable_bytes,
+                          .background_cpu_pct = cfg->background_cpu_pct};
         ok = lsm_open(&lo, r->loop, &r->engine, err) == 0;
     }
     if (ok) {

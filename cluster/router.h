@@ -139,6 +139,7 @@ typedef struct {
     unsigned election_timeout_ms;  /* 0 = 1000 */
     unsigned heartbeat_timeout_ms; /* 0 = 100 */
     size_t memtable_bytes;         /* engine memtable bytes; 0 = the engine's default */
+    int background_cpu_pct;        /* engine pacing (lsm_options); 0 = the engine's default */
     uint64_t replace_after_ms;     /* a node DOWN this long has its replicas re-created
                                       elsewhere; 0 = 300000 */
     /* Automatic splits, decided by each partition's leader (0: never): for size, once the
@@ -157,6 +158,7 @@ typedef struct {
     const char *region;        /* for ARNs; "us-east-1" if NULL */
     uint64_t wal_segment_size; /* log segment bytes; 0 = the log's default (64 MiB) */
     size_t memtable_bytes;     /* engine memtable bytes; 0 = the engine's default */
+    int background_cpu_pct;    /* engine pacing (lsm_options); 0 = the engine's default */
 } router_config;
 
 /* Opens engine and log under cfg->data_dir (created if missing) and recovers (see

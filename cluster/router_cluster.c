@@ -377,6 +377,7 @@ struct rcluster {
     uv_check_t compactor; /* runs while a compaction pass goes on (compact_step) */
     size_t compact_next;  /* the pass's next replica, an index into parts */
     size_t memtable_bytes;
+    int background_cpu_pct;
     uint64_t replace_after_ms;   /* replicas of a node DOWN this long are re-created */
     uint64_t split_size_bytes;   /* automatic splits (router_cluster_config); 0: never */
     uint64_t split_heat_ms;
@@ -5160,7 +5161,9 @@ static int open_storage(rcluster *c, strata_err *err)
     char *wal_dir = router_path_join(c->data_dir, "log");
     int rc = lsm_dir && wal_dir ? 0 : strata_err_set(err, ERR_NOMEM, "out of memory");
     if (rc == 0) {
-        lsm_options lo = {.dir = lsm_dir, .memtable_bytes = c->memtable_bytes};
+        lsm_options lo = {.dir = lsm_dir,
+                          .memtable_bytes = c->memtable_bytes,
+                          .background_cpu_pct = c->background_cpu_pct};
         rc = lsm_open(&lo, c->loop, &c->engine, err);
     }
     if (rc == 0) {
@@ -5261,6 +5264,7 @@ rcluster *rcluster_open(const router_config *cfg, strata_err *err)
         c->sm.write_units = router_default_write_units;
     c->self = cc->node_id;
     c->memtable_bytes = cc->memtable_bytes;
+    c->background_cpu_pct = cc->background_cpu_pct;
     c->replace_after_ms = cc->replace_after_ms ? cc->replace_after_ms : REPLACE_AFTER_MS;
     c->split_size_bytes = cc->split_size_bytes;
     c->split_heat_ms = cc->split_heat_ms;

@@ -30,6 +30,7 @@ static const char *const key_names[CFG_KEY_COUNT] = {
     [CFG_PARTITION_MAX_WCU] = "partition_max_wcu",
     [CFG_SPLIT_SIZE] = "split_size_mb",
     [CFG_SPLIT_HEAT] = "split_heat",
+    [CFG_BACKGROUND_CPU] = "background_cpu_pct",
     [CFG_REGION] = "region",
     [CFG_LOG_LEVEL] = "log_level",
 };
@@ -90,6 +91,7 @@ void config_usage(FILE *f)
                "               [--initial-partitions N] [--throttle true|false]\n"
                "               [--partition-max-rcu N] [--partition-max-wcu N]\n"
                "               [--split-size-mb N] [--split-heat SECONDS]\n"
+               "               [--background-cpu-pct N]\n"
                "               [--log-level error|warn|info|debug]\n"
                "               [--region NAME] [--print-config] [--help]\n"
                "  cluster:     [--node-id N] [--az NAME] [--host-label NAME]\n"
@@ -371,6 +373,11 @@ static int set_key(stratad_config *cfg, config_key k, const char *v, char *why, 
             return -1;
         cfg->split_heat_s = (uint32_t)n;
         return 0;
+    case CFG_BACKGROUND_CPU:
+        if (parse_uint(v, 1, 100, &n, why, why_cap) < 0)
+            return -1;
+        cfg->background_cpu_pct = (uint32_t)n;
+        return 0;
     case CFG_REGION:
         return parse_name(v, cfg->region, sizeof cfg->region, "-", why, why_cap);
     case CFG_LOG_LEVEL:
@@ -402,6 +409,7 @@ void config_defaults(stratad_config *cfg)
     cfg->partition_max_wcu = 1000;
     cfg->split_size_mb = 10240;
     cfg->split_heat_s = 5;
+    cfg->background_cpu_pct = 20;
     cfg->bootstrap_expect = 3;
     cfg->replace_after_s = 300;
     cfg->level = LOG_INFO;
@@ -873,6 +881,9 @@ static void print_key(FILE *f, const stratad_config *cfg, config_key k)
         break;
     case CFG_SPLIT_HEAT:
         fprintf(f, "%u", cfg->split_heat_s);
+        break;
+    case CFG_BACKGROUND_CPU:
+        fprintf(f, "%u", cfg->background_cpu_pct);
         break;
     case CFG_REGION:
         print_quoted(f, cfg->region);

@@ -30,14 +30,17 @@
  *   split_heat         a partition hot this many seconds in a row (consumption at 80% of its
  *                      ceiling, or refused by it) is split, 0..86400 (0: never; default 5)
  *                                                                        (read in a cluster)
+ *   background_cpu_pct the share of one CPU, in percent, the engine's flushes and compactions
+ *                      take while nothing waits for them, 1..100 (default 20; 100: never
+ *                      paced; see storage/lsm/lsm.h, Pacing)
  *   region             region in ARNs, [A-Za-z0-9-]{1,63} (default us-east-1)
  *   log_level          error | warn | info | debug (default info)
  * Flags only: --config FILE, --print-config, --help.
  *
- * Once a cluster setting is given the node is configured for a cluster, and then node_id, az, peer_listen and exactly
- * one of join / bootstrap are required; an advertise address is required when its listen
- * address is a wildcard (0.0.0.0, ::) or has port 0. Advertised and joined addresses must be
- * dialable: a non-wildcard host and a port in 1..65535.
+ * Once a cluster setting is given the node is configured for a cluster, and then node_id, az,
+ * peer_listen and exactly one of join / bootstrap are required; an advertise address is required
+ * when its listen address is a wildcard (0.0.0.0, ::) or has port 0. Advertised and joined
+ * addresses must be dialable: a non-wildcard host and a port in 1..65535.
  *
  * File syntax: one `key = value` per line; blank lines and lines starting with '#' are
  * ignored; an unquoted value ends at '#' (a trailing comment) and is trimmed; a value may
@@ -73,6 +76,7 @@ typedef enum {
     CFG_PARTITION_MAX_WCU,
     CFG_SPLIT_SIZE,
     CFG_SPLIT_HEAT,
+    CFG_BACKGROUND_CPU,
     CFG_REGION,
     CFG_LOG_LEVEL,
     CFG_KEY_COUNT
@@ -105,6 +109,7 @@ typedef struct {
     uint32_t partition_max_rcu, partition_max_wcu;
     uint32_t split_size_mb; /* 0: no split for size */
     uint32_t split_heat_s;  /* 0: no split for heat */
+    uint32_t background_cpu_pct;
     log_level level;
     char region[64];
 

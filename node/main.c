@@ -67,6 +67,7 @@ static void cluster_settings_fill(cluster_settings *cs, const stratad_config *cf
         .replace_after_ms = (uint64_t)cfg->replace_after_s * 1000,
         .split_size_bytes = (uint64_t)cfg->split_size_mb << 20,
         .split_heat_ms = (uint64_t)cfg->split_heat_s * 1000,
+        .background_cpu_pct = (int)cfg->background_cpu_pct,
         .join = cs->join,
         .n_join = (size_t)cfg->join_count,
     };
@@ -125,6 +126,7 @@ int main(int argc, char **argv)
         .data_dir = cfg.data_dir,
         .ops = {.apply = partition_apply, .result_stats = result_stats, .read = partition_read},
         .region = cfg.region,
+        .background_cpu_pct = (int)cfg.background_cpu_pct,
     };
     cluster_settings cs;
     if (config_cluster_mode(&cfg)) {

@@ -116,6 +116,12 @@ static void test_flags(void **state)
     assert_int_equal(parse(&c, &err, "--data-dir=/d", "--partition-max-rcu", "1000001"), -1);
     assert_int_equal(parse(&c, &err, "--data-dir=/d", "--split-heat", "86401"), -1);
     assert_int_equal(parse(&c, &err, "--data-dir=/d", "--split-size-mb", "16777217"), -1);
+    /* Engine pacing: a share of one CPU. */
+    assert_int_equal(c.background_cpu_pct, 20);
+    assert_int_equal(parse(&c, &err, "--data-dir=/d", "--background-cpu-pct", "100"), 0);
+    assert_int_equal(c.background_cpu_pct, 100);
+    assert_int_equal(parse(&c, &err, "--data-dir=/d", "--background-cpu-pct", "0"), -1);
+    assert_int_equal(parse(&c, &err, "--data-dir=/d", "--background-cpu-pct", "101"), -1);
     assert_int_equal(parse(&c, &err, "--listen=[::1]:9000", "--data-dir", "d"), 0);
     assert_string_equal(c.listen.host, "::1");
     assert_int_equal(c.listen.port, 9000);
