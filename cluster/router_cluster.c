@@ -5048,6 +5048,14 @@ void rcluster_status_json(rcluster *c, buf *out)
                c->counters.strong_via_parent, c->counters.flush_hints, c->counters.early_delivered);
     buf_printf(out, "\"loop\":{\"lag_max_ms\":%.1f,\"lags_over_%dms\":%" PRIu64 "},",
                (double)c->lag_max_us / 1000.0, LAG_SLOW_MS, c->lags_slow);
+    lsm_stats es;
+    lsm_get_stats(c->engine, &es);
+    buf_printf(out,
+               "\"engine\":{\"flushes\":%" PRIu64 ",\"compactions\":%" PRIu64
+               ",\"write_stalls\":%" PRIu64 ",\"paced_ms\":%" PRIu64
+               ",\"memtables\":%d,\"memtable_bytes\":%zu,\"level0_files\":%d},",
+               es.flushes, es.compactions, es.write_stalls, es.paced_ms, es.memtables,
+               es.memtable_bytes, es.files[0]);
     buf_printf(out, "\"nodes\":[");
     for (size_t i = 0; i < meta_node_count(c->meta); i++) {
         const meta_node *n = meta_node_at(c->meta, i);

@@ -20,7 +20,8 @@ labels h1..h3) on free ports in a temporary directory, then checks:
  e) node 3 is killed, the others write until their logs are compacted past where node 3's
     end (small memtables: STRATA_MEMTABLE_BYTES), node 3 restarts and copies its partitions
     from live replicas (its log says so), and every partition's replicas end at one applied
-    index with one digest (GET /admin/digests);
+    index with one digest (GET /admin/digests); node 2's engine reports its flushes (GET
+    /admin/cluster "engine": flushes, compactions, write_stalls, paced_ms, memtables);
  f) CreateTable of different tables through the three nodes at once, round after round:
     every one succeeds (each node stamps the next free table id from its copy of the map;
     the loser of a clash re-stamps and proposes again) and every table has its own id.
@@ -552,8 +553,12 @@ def part_e(cl):
     check(copies > 0, "node 3 copied partitions from a live replica (log says so)")
     poll(lambda: digests_agree(cl), CATCHUP_DEADLINE_S,
          "every partition's replicas at one applied index with one digest", 0.5)
+    engine = cl.node(2).admin()["engine"]
+    check(engine["flushes"] > 0 and engine["paced_ms"] >= 0 and engine["write_stalls"] >= 0,
+          "node 2 reports its engine's flushes (GET /admin/cluster \"engine\"): %s" % engine)
     log("e) ok: %d items written while node 3 was down; it copied %d partitions in %.2f s; "
-        "replicas' digests agree" % (written, copies, time.time() - t0))
+        "replicas' digests agree; node 2's engine: %s" % (written, copies, time.time() - t0,
+                                                          engine))
 
 
 def check_links(cl):
