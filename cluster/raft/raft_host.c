@@ -283,6 +283,29 @@ static void list_push(pending_list *l, pending *p)
     l->tail = p;
 }
 
+/* Takes the first op off a non-empty list. */
+static pending *list_pop(pending_list *l)
+{
+    pending *p = l->head;
+    l->head = p->next;
+    if (l->head == NULL)
+        l->tail = NULL;
+    return p;
+}
+
+/* Moves every op of `from` to the end of `to`. */
+static void list_move_all(pending_list *to, pending_list *from)
+{
+    if (from->head == NULL)
+        return;
+    if (to->tail != NULL)
+        to->tail->next = from->head;
+    else
+        to->head = from->head;
+    to->tail = from->tail;
+    from->head = from->tail = NULL;
+}
+
 static void finish_outcome(pending *p, const raft_host_outcome *o)
 {
     raft_host_done_cb cb = p->cb;
@@ -863,14 +886,7 @@ static void stepped_down(group *g)
     uint64_t give_up = now_ms(g->h) + ORPHAN_TIMEOUTS * (uint64_t)g->h->cfg.election_timeout_ms;
     for (pending *p = g->submits.head; p != NULL; p = p->next)
         p->give_up_at = give_up;
-    if (g->submits.head != NULL) {
-        if (g->orphans.tail != NULL)
-            g->orphans.tail->next = g->submits.head;
-        else
-            g->orphans.head = g->submits.head;
-        g->orphans.tail = g->submits.tail;
-        g->submits.head = g->submits.tail = NULL;
-    }
+    list_move_all(&g->orphans, &g->submits);
     fail_reads(g, ERR_UNAVAILABLE, leader_of(g));
 }
 
@@ -884,19 +900,14 @@ static void stepped_down(group *g)
 static void resolve_orphans(group *g, uint64_t index, uint64_t term, const void *res, size_t rlen)
 {
     pending_list done = {NULL, NULL}, keep = {NULL, NULL};
-    pending *p = g->orphans.head;
-    g->orphans.head = g->orphans.tail = NULL;
-    while (p != NULL) {
-        pending *next = p->next;
-        p->next = NULL;
+    while (g->orphans.head != NULL) {
+        pending *p = list_pop(&g->orphans);
         list_push(p->index <= index || p->term < term ? &done : &keep, p);
-        p = next;
     }
     g->orphans = keep;
     uint64_t hint = leader_of(g);
     while (done.head != NULL) {
-        p = done.head;
-        done.head = p->next;
+        pending *p = list_pop(&done);
         if (p->index == index && p->term == term)
             finish(p, ERR_NONE, hint, res, rlen);
         else if (p->index >= index)
@@ -910,14 +921,8 @@ static void resolve_orphans(group *g, uint64_t index, uint64_t term, const void 
 static void expire_orphans(group *g, uint64_t now)
 {
     pending_list done = {NULL, NULL};
-    while (g->orphans.head != NULL && g->orphans.head->give_up_at <= now) {
-        pending *p = g->orphans.head;
-        g->orphans.head = p->next;
-        if (g->orphans.head == NULL)
-            g->orphans.tail = NULL;
-        p->next = NULL;
-        list_push(&done, p);
-    }
+    while (g->orphans.head != NULL && g->orphans.head->give_up_at <= now)
+        list_push(&done, list_pop(&g->orphans));
     fail_list(&done, ERR_UNAVAILABLE, leader_of(g));
 }
 
@@ -1053,13 +1058,8 @@ static void ri_ack(group *g, uint64_t id, uint64_t round)
 /* Completes the confirmed reads whose read index is applied (in index order). */
 static void ri_applied(group *g)
 {
-    while (g->ri_applying.head != NULL && g->ri_applying.head->index <= g->applied) {
-        pending *p = g->ri_applying.head;
-        g->ri_applying.head = p->next;
-        if (g->ri_applying.head == NULL)
-            g->ri_applying.tail = NULL;
-        finish(p, ERR_NONE, g->h->cfg.node_id, NULL, 0);
-    }
+    while (g->ri_applying.head != NULL && g->ri_applying.head->index <= g->applied)
+        finish(list_pop(&g->ri_applying), ERR_NONE, g->h->cfg.node_id, NULL, 0);
 }
 
 static void ri_send_round(group *g);
@@ -1069,13 +1069,8 @@ static void ri_send_round(group *g);
 static void ri_release(group *g)
 {
     g->ri_releasing = true;
-    while (g->ri_waiting.head != NULL && g->ri_waiting.head->round <= g->ri_confirmed) {
-        pending *p = g->ri_waiting.head;
-        g->ri_waiting.head = p->next;
-        if (g->ri_waiting.head == NULL)
-            g->ri_waiting.tail = NULL;
-        list_push(&g->ri_applying, p);
-    }
+    while (g->ri_waiting.head != NULL && g->ri_waiting.head->round <= g->ri_confirmed)
+        list_push(&g->ri_applying, list_pop(&g->ri_waiting));
     ri_applied(g);
     g->ri_releasing = false;
     if (g->ri_waiting.head != NULL && g->ri_sent <= g->ri_confirmed && !g->failed &&
@@ -1250,13 +1245,8 @@ static int apply_one(group *g, uint64_t index, log_entry *le)
      * replaced), detached first: a committed configuration may depose this leader, which
      * fails the ops still listed, and the change's own submitter must hear of success. */
     pending_list here = {NULL, NULL};
-    while (g->submits.head != NULL && g->submits.head->index <= index) {
-        pending *p = g->submits.head;
-        g->submits.head = p->next;
-        if (g->submits.head == NULL)
-            g->submits.tail = NULL;
-        list_push(&here, p);
-    }
+    while (g->submits.head != NULL && g->submits.head->index <= index)
+        list_push(&here, list_pop(&g->submits));
     if (le->type == RAFT_CHANGE)
         conf_committed(g, index, le);
     uint64_t hint = leader_of(g);
