@@ -126,6 +126,7 @@ typedef struct group {
     pending_list reads_inflight; /* covered by the barrier at barrier_index */
     uint64_t barrier_index;
     uint64_t barrier_term;
+    uint64_t opened_term; /* the last term this replica led and opened (open_term) */
     /* Reads without a log entry (raft_host_read_index): a read waits in ri_waiting for a
      * majority's answer to a leadership check sent after it arrived (round >= its own),
      * then in ri_applying for its read index to be applied. Rounds count up for the
@@ -533,6 +534,7 @@ static void install_call(group *g);
 static int install_adopt(group *g, uint64_t applied, strata_err *err);
 static uint64_t group_deadline(const group *g);
 static void fast_election_check(group *g);
+static void open_term(group *g);
 static void install_from_update(group *g, struct raft_update *up);
 static int fill_install_snapshot(group *g, struct raft_message *m);
 
@@ -610,6 +612,7 @@ static int group_step(group *g, struct raft_event *ev)
         rearm(g->h, g->deadline);
     }
     transfer_check(g);
+    open_term(g);
     return 0;
 }
 
@@ -974,6 +977,29 @@ static uint64_t submit_entry(group *g, enum raft_entry_type type, const void *cm
     int rc = group_step(g, &ev);
     free(copy);
     return rc == 0 ? index : 0;
+}
+
+/*
+ * A new leader appends an entry of its term at once (Raft's no-op; C-Raft 0.22 appends
+ * its barrier only when the leader holds uncommitted entries). Without it, the entries
+ * of older terms that the new leader never had stay in other replicas' logs, unresolved,
+ * while the partition is idle: a deposed leader's orphans there learn that their writes
+ * were not applied only from an entry at their index, and gave up after ORPHAN_TIMEOUTS
+ * with the outcome unknown. Runs after the step that made this replica leader is fully
+ * handled (a nested step).
+ */
+static void open_term(group *g)
+{
+    if (g->failed || raft_state(&g->raft) != RAFT_LEADER)
+        return;
+    uint64_t term = raft_current_term(&g->raft);
+    if (g->opened_term == term)
+        return;
+    g->opened_term = term;
+    log_entry *last = log_at(g, raft_last_index(&g->raft));
+    if (last != NULL && last->term == term)
+        return; /* the core's own barrier, or a submit already */
+    (void)submit_entry(g, RAFT_BARRIER, NULL, 0);
 }
 
 static void maybe_start_barrier(group *g)

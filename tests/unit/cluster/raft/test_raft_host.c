@@ -2460,6 +2460,50 @@ static void test_deposed_leader_learns_its_write_committed(void **state)
     cluster_stop();
 }
 
+/* A leader cut off before its write left it: the next leader never had the entry, and
+ * the partition stays idle. The next leader opens its term with an entry of its own
+ * (open_term), which takes the write's index in every log, so once back in touch the
+ * deposed leader learns at once that the write was not applied (the router retries it)
+ * instead of giving up after two election timeouts with the outcome unknown. */
+static void test_next_leaders_first_entry_settles_an_orphan_it_never_had(void **state)
+{
+    (void)state;
+    strata_err err;
+    outcome_rec w = {0};
+    cluster_start();
+    int l = cluster_write(1);
+    /* Every replica learns that everything it holds is committed: a new leader then has
+     * no uncommitted entry, and C-Raft appends nothing on election. */
+    raft_host_group_stats st;
+    bool known = false;
+    for (int r = 0; r < 400 && !known; r++) {
+        cluster_round();
+        known = true;
+        for (int i = 1; i <= 3; i++) {
+            assert_int_equal(raft_host_group_info(ch[i], 1, &st, &err), 0);
+            known &= st.commit_index == st.last_index;
+        }
+    }
+    assert_true(known);
+    cut[l] = true;
+    assert_int_equal(raft_host_submit(ch[l], 1, "xyz", 3, record, &w, &err), 0);
+    int nl = cluster_elect();
+    assert_int_not_equal(nl, 0);
+    assert_int_not_equal(nl, l);
+    for (int r = 0; r < 400 && raft_host_is_leader(ch[l], 1); r++)
+        cluster_round();
+    assert_false(raft_host_is_leader(ch[l], 1));
+    uint64_t stepped_down = cenv[l].now;
+    cut[l] = false;
+    for (int r = 0; r < 800 && w.calls == 0; r++)
+        cluster_round();
+    assert_int_equal(w.calls, 1);
+    assert_int_equal(w.code, ERR_UNAVAILABLE);
+    assert_true(w.not_applied);
+    assert_true(cenv[l].now < stepped_down + 2 * 100);
+    cluster_stop();
+}
+
 /* A deposed leader cut off for good cannot learn its write's fate: it gives up two
  * election timeouts after stepping down, with the outcome unknown. */
 static void test_orphaned_submit_gives_up(void **state)
@@ -2726,6 +2770,7 @@ int main(void)
         cmocka_unit_test(test_transfer),
         cmocka_unit_test(test_deposed_leader_learns_its_write_committed),
         cmocka_unit_test(test_orphaned_submit_gives_up),
+        cmocka_unit_test(test_next_leaders_first_entry_settles_an_orphan_it_never_had),
         cmocka_unit_test(test_timeout_now_waits_for_writes),
         cmocka_unit_test(test_campaign_soon),
         cmocka_unit_test(test_set_heartbeat),
