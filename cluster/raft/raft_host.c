@@ -38,6 +38,8 @@ typedef struct log_chunk {
 /* A submit orphaned by a step-down waits this many election timeouts for its index to be
  * applied here (see stepped_down). */
 #define ORPHAN_TIMEOUTS 2
+/* Voters remembered per configuration for unaware_promotee; larger ones are not tracked. */
+#define TRACKED_VOTERS 16
 
 /* A submit or read waiting for its log index to be applied. */
 typedef struct pending {
@@ -127,6 +129,12 @@ typedef struct group {
     uint64_t barrier_index;
     uint64_t barrier_term;
     uint64_t opened_term; /* the last term this replica led and opened (open_term) */
+    /* The voters of the last configuration entry applied here (at conf_index, 0: none
+     * since start) and, if prev_known, of the one in force before it. */
+    uint64_t conf_index;
+    uint64_t cur_voters[TRACKED_VOTERS], prev_voters[TRACKED_VOTERS];
+    unsigned n_cur_voters, n_prev_voters;
+    bool cur_known, prev_known;
     /* Reads without a log entry (raft_host_read_index): a read waits in ri_waiting for a
      * majority's answer to a leadership check sent after it arrived (round >= its own),
      * then in ri_applying for its read index to be applied. Rounds count up for the
@@ -1209,6 +1217,28 @@ static void ri_receive(group *g, uint64_t from, const raft_host_check *c)
 
 static int conf_decode(const uint8_t *bytes, size_t len, struct raft_configuration *out);
 
+/* A configuration entry at `index` is applied here: its voters become the ones in force,
+ * the previous ones are remembered. */
+static void track_voters(group *g, uint64_t index, const log_entry *le)
+{
+    struct raft_configuration c;
+    g->prev_known = g->conf_index != 0 && g->cur_known;
+    memcpy(g->prev_voters, g->cur_voters, sizeof g->prev_voters);
+    g->n_prev_voters = g->n_cur_voters;
+    g->conf_index = index;
+    g->cur_known = conf_decode(le->data, le->len, &c) == 0;
+    g->n_cur_voters = 0;
+    for (unsigned i = 0; g->cur_known && i < c.n; i++) {
+        if (c.servers[i].role != RAFT_VOTER)
+            continue;
+        if (g->n_cur_voters == TRACKED_VOTERS)
+            g->cur_known = false;
+        else
+            g->cur_voters[g->n_cur_voters++] = c.servers[i].id;
+    }
+    raft_configuration_close(&c);
+}
+
 /* The RAFT_CHANGE entry at `index` is committed and durable here: if it is the core's
  * pending configuration, tell the core (it then counts it committed, and a leader that
  * is no longer a voter in it steps down). Any other configuration entry is already
@@ -1273,8 +1303,10 @@ static int apply_one(group *g, uint64_t index, log_entry *le)
     pending_list here = {NULL, NULL};
     while (g->submits.head != NULL && g->submits.head->index <= index)
         list_push(&here, list_pop(&g->submits));
-    if (le->type == RAFT_CHANGE)
+    if (le->type == RAFT_CHANGE) {
+        track_voters(g, index, le);
         conf_committed(g, index, le);
+    }
     uint64_t hint = leader_of(g);
     while (here.head != NULL) {
         pending *p = here.head;
@@ -2693,6 +2725,44 @@ static bool one_voter_change(const struct raft_configuration *a, const struct ra
     return diff <= 1;
 }
 
+static bool was_voter(const group *g, uint64_t id)
+{
+    for (unsigned i = 0; i < g->n_prev_voters; i++)
+        if (g->prev_voters[i] == id)
+            return true;
+    return false;
+}
+
+/*
+ * C-Raft grants votes only as a voter of its own configuration: a voter that has not yet
+ * received the entry that made it one refuses every vote. With one more voter lost no
+ * majority is left that can elect, and without a leader nothing catches the unaware one
+ * up: the group is stuck for good (found by the simulation: a move promoted a replica and
+ * then removed the leader, or promoted another, before the first heard of it). So no
+ * change goes in while the voter promoted by the configuration in force may not know
+ * it, unless the change takes its vote away again. By induction every earlier promotion
+ * was known before the change after it. A replica that did not apply both configuration
+ * entries itself (it started, or installed a snapshot, since) knows nothing and holds
+ * nothing up. Returns the unaware voter's id, or 0.
+ */
+static uint64_t unaware_promotee(const group *g, const struct raft_configuration *next)
+{
+    uint64_t ci = g->raft.configuration_committed_index;
+    if (ci == 0 || g->conf_index != ci || !g->prev_known)
+        return 0;
+    const struct raft_configuration *cur = &g->raft.configuration;
+    for (unsigned i = 0; i < cur->n; i++) {
+        uint64_t id = cur->servers[i].id;
+        raft_index match = 0;
+        if (cur->servers[i].role != RAFT_VOTER || id == g->h->cfg.node_id || was_voter(g, id) ||
+            !is_voter_in(next, id))
+            continue;
+        if (raft_match_index((struct raft *)&g->raft, id, &match) != 0 || match < ci)
+            return id;
+    }
+    return 0;
+}
+
 /* Whether the leader has committed an entry of its own term. Until then a configuration
  * change is unsafe: an uncommitted change of an earlier leader might still win. */
 static bool committed_in_term(group *g)
@@ -2719,8 +2789,9 @@ static void change_propose(change_req *c)
         return;
     }
     bool ok = one_voter_change(&g->raft.configuration, &next);
+    ok = ok && g->raft.configuration_uncommitted_index == 0 && unaware_promotee(g, &next) == 0;
     raft_configuration_close(&next);
-    if (g->raft.configuration_uncommitted_index != 0 || !ok) {
+    if (!ok) {
         change_fail(c, ERR_BUSY, leader_of(g)); /* another change got in meanwhile */
         return;
     }
@@ -2786,6 +2857,14 @@ static int change_in(raft_host *h, uint64_t group_id, const raft_host_member *m,
         return strata_err_set(err, ERR_VALIDATION,
                               "group %" PRIu64 ": a change may add or remove one voter at most",
                               group_id);
+    }
+    uint64_t unaware = unaware_promotee(g, &conf);
+    if (unaware != 0) {
+        raft_configuration_close(&conf);
+        return strata_err_set(err, ERR_BUSY,
+                              "group %" PRIu64 ": voter %" PRIu64
+                              " has not yet received the configuration that made it a voter",
+                              group_id, unaware);
     }
     change_req *c = calloc(1, sizeof *c);
     struct raft_buffer b = {NULL, 0};

@@ -444,7 +444,10 @@ typedef struct {
  * ERR_VALIDATION otherwise): the voter sets of the current and the new configuration
  * differ by at most one server (add a learner, promote one, remove one, demote one...).
  * One change at a time: -1 with ERR_BUSY while an earlier change (from this call or a
- * previous leader) is not yet committed and applied here. A leader that has not yet
+ * previous leader) is not yet committed and applied here, and while the voter that the
+ * configuration in force promoted has not yet received it (C-Raft's servers vote only
+ * as voters of their own configuration; see unaware_promotee), unless the new
+ * configuration takes that voter's vote away again: retry later. A leader that has not yet
  * committed an entry of its own term first commits a barrier (Raft's rule for
  * single-server changes), so the entry may be appended a round trip later.
  * On 0, cb fires exactly once: ERR_NONE with the entry's index once the change is

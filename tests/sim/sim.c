@@ -1672,6 +1672,26 @@ static int group_leader(sim *s, int g)
     return best;
 }
 
+/* group_leader, provided no up replica has seen a later term: a leader cut off (or
+ * frozen) since an older term still believes it leads while the others elect, and its
+ * configuration may be long superseded. The mover steps by what the leader's
+ * configuration shows, so it must not read a stale one (it once took a move as done
+ * from a stale leader's view, promoted voter and all). */
+static int current_leader(sim *s, int g)
+{
+    int l = group_leader(s, g);
+    raft_host_group_stats lst;
+    if (l == 0 || raft_host_group_info(s->nodes[l].host, (uint64_t)g, &lst, NULL) != 0)
+        return 0;
+    for (int i = 1; i <= s->nnodes; i++) {
+        raft_host_group_stats st;
+        if (s->nodes[i].up && raft_host_group_info(s->nodes[i].host, (uint64_t)g, &st, NULL) == 0 &&
+            st.term > lst.term)
+            return 0;
+    }
+    return l;
+}
+
 static int member_role(const raft_host_member *m, size_t n, uint64_t id) /* -1 absent, 0, 1 */
 {
     for (size_t i = 0; i < n; i++)
@@ -1810,7 +1830,7 @@ static void move_step(sim *s)
         }
         return;
     }
-    int l = group_leader(s, mv->group);
+    int l = current_leader(s, mv->group);
     if (l == 0)
         return;
     raft_host *h = s->nodes[l].host;

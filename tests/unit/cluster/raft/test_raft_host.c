@@ -2247,6 +2247,100 @@ static void test_change_mid_batch(void **state)
     cluster_stop();
 }
 
+/* Node 4 is promoted while cut off, so it still thinks it is a learner, and C-Raft's
+ * learners refuse every vote. Removing another voter now would leave a group where the
+ * loss of one more voter, or just of the leader, stops every election for good: refused
+ * (ERR_BUSY) until node 4 holds its promotion; a change that takes node 4's vote away
+ * again is allowed meanwhile. */
+static void test_no_change_while_a_promoted_voter_does_not_know(void **state)
+{
+    (void)state;
+    strata_err err;
+    cluster_start();
+    int l = cluster_write(3);
+    int o = l % 3 + 1;
+    raft_host_config c = config(&cenv[4], 4);
+    c.transport.send = q_send;
+    c.seed = 31;
+    ch[4] = raft_host_create(&c, &err);
+    assert_non_null(ch[4]);
+    assert_int_equal(raft_host_join_group(ch[4], 1, 0, &err), 0);
+    raft_host_member learner[] = {{1, true}, {2, true}, {3, true}, {4, false}};
+    outcome_rec r = {0};
+    assert_int_equal(raft_host_change(ch[l], 1, learner, 4, record, &r, &err), 0);
+    assert_int_equal(wait_change(&r), ERR_NONE);
+    for (int i = 0; i < 400 && applied_of(4) < r.index; i++)
+        cluster_round();
+    assert_true(applied_of(4) >= r.index);
+
+    cut[4] = true;
+    raft_host_member four[] = {{1, true}, {2, true}, {3, true}, {4, true}};
+    outcome_rec r2 = {0};
+    assert_int_equal(raft_host_change(ch[l], 1, four, 4, record, &r2, &err), 0);
+    assert_int_equal(wait_change(&r2), ERR_NONE); /* 1, 2 and 3 are a majority of four */
+    raft_host_member out[5];
+    size_t n;
+    bool unc;
+    assert_int_equal(raft_host_configuration(ch[4], 1, out, 5, &n, &unc, &err), 0);
+    assert_false(out[3].voter);
+
+    raft_host_member without_o[3];
+    size_t k = 0;
+    for (uint64_t id = 1; id <= 4; id++)
+        if (id != (uint64_t)o)
+            without_o[k++] = (raft_host_member){id, true};
+    outcome_rec r3 = {0};
+    assert_int_equal(raft_host_change(ch[l], 1, without_o, 3, record, &r3, &err), -1);
+    assert_int_equal(err.code, ERR_BUSY);
+    assert_non_null(strstr(err.msg, "voter 4 has not yet received"));
+    for (int i = 0; i < 50; i++)
+        cluster_round();
+    assert_int_equal(raft_host_change(ch[l], 1, without_o, 3, record, &r3, &err), -1);
+    assert_int_equal(err.code, ERR_BUSY);
+
+    cut[4] = false;
+    int rc = -1;
+    for (int i = 0; i < 400 && rc != 0; i++) {
+        cluster_round();
+        rc = raft_host_change(ch[l], 1, without_o, 3, record, &r3, &err);
+        if (rc != 0)
+            assert_int_equal(err.code, ERR_BUSY);
+    }
+    assert_int_equal(rc, 0);
+    assert_int_equal(raft_host_configuration(ch[4], 1, out, 5, &n, &unc, &err), 0);
+    assert_true(out[3].voter);
+    assert_int_equal(wait_change(&r3), ERR_NONE);
+    cluster_stop();
+}
+
+/* The escape from the rule above: the unaware voter itself may lose its vote again. */
+static void test_an_unaware_promoted_voter_may_be_demoted(void **state)
+{
+    (void)state;
+    strata_err err;
+    cluster_start();
+    int l = cluster_write(1);
+    raft_host_config c = config(&cenv[4], 4);
+    c.transport.send = q_send;
+    c.seed = 32;
+    ch[4] = raft_host_create(&c, &err);
+    assert_non_null(ch[4]);
+    assert_int_equal(raft_host_join_group(ch[4], 1, 0, &err), 0);
+    raft_host_member learner[] = {{1, true}, {2, true}, {3, true}, {4, false}};
+    outcome_rec r = {0};
+    assert_int_equal(raft_host_change(ch[l], 1, learner, 4, record, &r, &err), 0);
+    assert_int_equal(wait_change(&r), ERR_NONE);
+    cut[4] = true;
+    raft_host_member four[] = {{1, true}, {2, true}, {3, true}, {4, true}};
+    outcome_rec r2 = {0};
+    assert_int_equal(raft_host_change(ch[l], 1, four, 4, record, &r2, &err), 0);
+    assert_int_equal(wait_change(&r2), ERR_NONE);
+    outcome_rec r3 = {0};
+    assert_int_equal(raft_host_change(ch[l], 1, learner, 4, record, &r3, &err), 0);
+    assert_int_equal(wait_change(&r3), ERR_NONE);
+    cluster_stop();
+}
+
 /* A replica moves from node o to node 4 (join, learner, catch up, promote, remove the
  * old one), then the leader removes itself. */
 static void test_membership_move(void **state)
@@ -2765,6 +2859,8 @@ int main(void)
         cmocka_unit_test(test_rejoin_waits_for_commit),
         cmocka_unit_test(test_rejoin_install_marks_point),
         cmocka_unit_test(test_rejoin_marks_vote),
+        cmocka_unit_test(test_no_change_while_a_promoted_voter_does_not_know),
+        cmocka_unit_test(test_an_unaware_promoted_voter_may_be_demoted),
         cmocka_unit_test(test_membership_move),
         cmocka_unit_test(test_change_mid_batch),
         cmocka_unit_test(test_transfer),
