@@ -1672,20 +1672,29 @@ static int group_leader(sim *s, int g)
     return best;
 }
 
-/* group_leader, provided no up replica has seen a later term: a leader cut off (or
- * frozen) since an older term still believes it leads while the others elect, and its
- * configuration may be long superseded. The mover steps by what the leader's
- * configuration shows, so it must not read a stale one (it once took a move as done
- * from a stale leader's view, promoted voter and all). */
+/* group_leader, provided no up member of its configuration has seen a later term: a
+ * leader cut off (or frozen) since an older term still believes it leads while the others
+ * elect, and its configuration may be long superseded. The mover steps by what the
+ * leader's configuration shows, so it must not read a stale one (it once took a move as
+ * done from a stale leader's view, promoted voter and all). A node outside it (joining
+ * empty, say) may hold any term. */
 static int current_leader(sim *s, int g)
 {
     int l = group_leader(s, g);
     raft_host_group_stats lst;
-    if (l == 0 || raft_host_group_info(s->nodes[l].host, (uint64_t)g, &lst, NULL) != 0)
+    raft_host_member m[MAX_NODES + 1];
+    size_t n = 0;
+    bool unc;
+    if (l == 0 || raft_host_group_info(s->nodes[l].host, (uint64_t)g, &lst, NULL) != 0 ||
+        raft_host_configuration(s->nodes[l].host, (uint64_t)g, m, MAX_NODES + 1, &n, &unc, NULL) !=
+            0 ||
+        n > MAX_NODES + 1)
         return 0;
-    for (int i = 1; i <= s->nnodes; i++) {
+    for (size_t k = 0; k < n; k++) {
         raft_host_group_stats st;
-        if (s->nodes[i].up && raft_host_group_info(s->nodes[i].host, (uint64_t)g, &st, NULL) == 0 &&
+        int i = (int)m[k].id;
+        if (i >= 1 && i <= s->nnodes && s->nodes[i].up &&
+            raft_host_group_info(s->nodes[i].host, (uint64_t)g, &st, NULL) == 0 &&
             st.term > lst.term)
             return 0;
     }
