@@ -322,6 +322,7 @@ struct rcluster {
     int expect;
     join_slot *join;
     size_t n_join;
+    uint64_t busy_change_logged_ms; /* the last "configuration change refused: busy" said */
 
     held_msgs early; /* Raft messages for children about to start */
     lsm *engine;
@@ -2455,10 +2456,18 @@ static void follow_map_configs(rcluster *c)
             pending || !next_config(mp, cur, n, next, &nn))
             continue;
         strata_err err;
-        if (raft_host_change(c->host, lp->id, next, nn, on_config_changed, c, &err) < 0)
-            fprintf(stderr, "stratad: partition %" PRIu64 ": configuration change refused: %s\n",
-                    lp->id, err.msg);
-        else
+        if (raft_host_change(c->host, lp->id, next, nn, on_config_changed, c, &err) < 0) {
+            /* ERR_BUSY (a promoted replica has yet to hear of it) is retried every tick:
+             * said once in a while, not ten times a second. */
+            uint64_t now = uv_now(c->loop);
+            if (err.code != ERR_BUSY || now >= c->busy_change_logged_ms + 10000) {
+                if (err.code == ERR_BUSY)
+                    c->busy_change_logged_ms = now;
+                fprintf(stderr,
+                        "stratad: partition %" PRIu64 ": configuration change refused: %s\n",
+                        lp->id, err.msg);
+            }
+        } else
             fprintf(stderr, "stratad: partition %" PRIu64 ": configuration change to %zu members\n",
                     lp->id, nn);
     }
