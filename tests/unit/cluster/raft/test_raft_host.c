@@ -2247,6 +2247,37 @@ static void test_change_mid_batch(void **state)
     cluster_stop();
 }
 
+static const raft_host_member with_learner4[] = {{1, true}, {2, true}, {3, true}, {4, false}};
+static const raft_host_member with_voter4[] = {{1, true}, {2, true}, {3, true}, {4, true}};
+
+/* A started cluster (leader l) where node 4 joined as a learner and caught up, then was
+ * promoted while cut off: it still thinks it is a learner. */
+static void promote_node4_unaware(int l, uint64_t seed)
+{
+    strata_err err;
+    raft_host_config c = config(&cenv[4], 4);
+    c.transport.send = q_send;
+    c.seed = seed;
+    ch[4] = raft_host_create(&c, &err);
+    assert_non_null(ch[4]);
+    assert_int_equal(raft_host_join_group(ch[4], 1, 0, &err), 0);
+    outcome_rec r = {0};
+    assert_int_equal(raft_host_change(ch[l], 1, with_learner4, 4, record, &r, &err), 0);
+    assert_int_equal(wait_change(&r), ERR_NONE);
+    for (int i = 0; i < 400 && applied_of(4) < r.index; i++)
+        cluster_round();
+    assert_true(applied_of(4) >= r.index);
+    cut[4] = true;
+    outcome_rec r2 = {0};
+    assert_int_equal(raft_host_change(ch[l], 1, with_voter4, 4, record, &r2, &err), 0);
+    assert_int_equal(wait_change(&r2), ERR_NONE); /* 1, 2 and 3 are a majority of four */
+    raft_host_member out[5];
+    size_t n;
+    bool unc;
+    assert_int_equal(raft_host_configuration(ch[4], 1, out, 5, &n, &unc, &err), 0);
+    assert_false(out[3].voter);
+}
+
 /* Node 4 is promoted while cut off, so it still thinks it is a learner, and C-Raft's
  * learners refuse every vote. Removing another voter now would leave a group where the
  * loss of one more voter, or just of the leader, stops every election for good: refused
@@ -2259,30 +2290,10 @@ static void test_no_change_while_a_promoted_voter_does_not_know(void **state)
     cluster_start();
     int l = cluster_write(3);
     int o = l % 3 + 1;
-    raft_host_config c = config(&cenv[4], 4);
-    c.transport.send = q_send;
-    c.seed = 31;
-    ch[4] = raft_host_create(&c, &err);
-    assert_non_null(ch[4]);
-    assert_int_equal(raft_host_join_group(ch[4], 1, 0, &err), 0);
-    raft_host_member learner[] = {{1, true}, {2, true}, {3, true}, {4, false}};
-    outcome_rec r = {0};
-    assert_int_equal(raft_host_change(ch[l], 1, learner, 4, record, &r, &err), 0);
-    assert_int_equal(wait_change(&r), ERR_NONE);
-    for (int i = 0; i < 400 && applied_of(4) < r.index; i++)
-        cluster_round();
-    assert_true(applied_of(4) >= r.index);
-
-    cut[4] = true;
-    raft_host_member four[] = {{1, true}, {2, true}, {3, true}, {4, true}};
-    outcome_rec r2 = {0};
-    assert_int_equal(raft_host_change(ch[l], 1, four, 4, record, &r2, &err), 0);
-    assert_int_equal(wait_change(&r2), ERR_NONE); /* 1, 2 and 3 are a majority of four */
+    promote_node4_unaware(l, 31);
     raft_host_member out[5];
     size_t n;
     bool unc;
-    assert_int_equal(raft_host_configuration(ch[4], 1, out, 5, &n, &unc, &err), 0);
-    assert_false(out[3].voter);
 
     raft_host_member without_o[3];
     size_t k = 0;
@@ -2320,23 +2331,9 @@ static void test_an_unaware_promoted_voter_may_be_demoted(void **state)
     strata_err err;
     cluster_start();
     int l = cluster_write(1);
-    raft_host_config c = config(&cenv[4], 4);
-    c.transport.send = q_send;
-    c.seed = 32;
-    ch[4] = raft_host_create(&c, &err);
-    assert_non_null(ch[4]);
-    assert_int_equal(raft_host_join_group(ch[4], 1, 0, &err), 0);
-    raft_host_member learner[] = {{1, true}, {2, true}, {3, true}, {4, false}};
-    outcome_rec r = {0};
-    assert_int_equal(raft_host_change(ch[l], 1, learner, 4, record, &r, &err), 0);
-    assert_int_equal(wait_change(&r), ERR_NONE);
-    cut[4] = true;
-    raft_host_member four[] = {{1, true}, {2, true}, {3, true}, {4, true}};
-    outcome_rec r2 = {0};
-    assert_int_equal(raft_host_change(ch[l], 1, four, 4, record, &r2, &err), 0);
-    assert_int_equal(wait_change(&r2), ERR_NONE);
+    promote_node4_unaware(l, 32);
     outcome_rec r3 = {0};
-    assert_int_equal(raft_host_change(ch[l], 1, learner, 4, record, &r3, &err), 0);
+    assert_int_equal(raft_host_change(ch[l], 1, with_learner4, 4, record, &r3, &err), 0);
     assert_int_equal(wait_change(&r3), ERR_NONE);
     cluster_stop();
 }
