@@ -29,6 +29,9 @@
  *     completion becomes RAFT_PERSISTED_ENTRIES, clipped to what a later conflicting
  *     append has not replaced.
  *   - Commands are applied in log order, once committed AND durable locally.
+ *   - A new leader whose log ends in an older term appends a barrier at once (C-Raft 0.22
+ *     does only when it holds uncommitted entries), so that writes the old leader was
+ *     waiting on are settled (committed, or known not applied) without a new write.
  *
  * Snapshots are points, not data: raft_host_compact() records a compaction point (index,
  * term, configuration) that the state machine says is durable in its engine, and the
