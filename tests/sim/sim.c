@@ -461,6 +461,7 @@ typedef struct sim {
     bool rejoin; /* --rejoin: a removed replica's node gets it back right after the drop */
     int nvoters; /* voters per group (the initial members are nodes 1..nvoters) */
     mover mv;
+    uint64_t leader_term[MAX_GROUPS]; /* the highest term the mover has seen a leader in */
     bool transfers;
     uint64_t transfers_pending; /* started, callback not fired yet */
     /* --splits */
@@ -1672,12 +1673,13 @@ static int group_leader(sim *s, int g)
     return best;
 }
 
-/* group_leader, provided no up member of its configuration has seen a later term: a
- * leader cut off (or frozen) since an older term still believes it leads while the others
- * elect, and its configuration may be long superseded. The mover steps by what the
- * leader's configuration shows, so it must not read a stale one (it once took a move as
- * done from a stale leader's view, promoted voter and all). A node outside it (joining
- * empty, say) may hold any term. */
+/* group_leader, provided it leads in the highest term the mover has seen a leader in and
+ * no up member of its configuration has seen a later term: a leader cut off (or frozen)
+ * since an older term still believes it leads while the others elect, and its
+ * configuration may be long superseded. The mover steps by what the leader's
+ * configuration shows, so it must not read a stale one (it once took a move as done from
+ * a stale leader's view, promoted voter and all). A node outside the configuration
+ * (joining empty, say) may hold any term. */
 static int current_leader(sim *s, int g)
 {
     int l = group_leader(s, g);
@@ -1688,8 +1690,9 @@ static int current_leader(sim *s, int g)
     if (l == 0 || raft_host_group_info(s->nodes[l].host, (uint64_t)g, &lst, NULL) != 0 ||
         raft_host_configuration(s->nodes[l].host, (uint64_t)g, m, MAX_NODES + 1, &n, &unc, NULL) !=
             0 ||
-        n > MAX_NODES + 1)
+        n > MAX_NODES + 1 || lst.term < s->leader_term[g])
         return 0;
+    s->leader_term[g] = lst.term;
     for (size_t k = 0; k < n; k++) {
         raft_host_group_stats st;
         int i = (int)m[k].id;
@@ -1851,6 +1854,10 @@ static void move_step(sim *s)
         return;
     uint64_t to = (uint64_t)mv->to, from = (uint64_t)mv->from;
     int to_role = member_role(m, n, to), from_role = member_role(m, n, from);
+    /* Steps follow the configuration, also backwards should a leader's view have run
+     * ahead of what a later leader holds. */
+    if ((mv->phase == MV_CATCH_UP || mv->phase == MV_PROMOTE) && to_role < 0)
+        mv->phase = MV_ADD;
     if (mv->phase == MV_ADD) {
         if (to_role >= 0) {
             mv->phase = MV_CATCH_UP;
