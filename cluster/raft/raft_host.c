@@ -2792,7 +2792,8 @@ static void change_propose(change_req *c)
     ok = ok && g->raft.configuration_uncommitted_index == 0 && unaware_promotee(g, &next) == 0;
     raft_configuration_close(&next);
     if (!ok) {
-        change_fail(c, ERR_BUSY, leader_of(g)); /* another change got in meanwhile */
+        /* another change got in meanwhile, or the last promoted voter does not know yet */
+        change_fail(c, ERR_BUSY, leader_of(g));
         return;
     }
     if (propose(g, RAFT_CHANGE, c->conf, c->conf_len, change_done, c, &err) != 0)
