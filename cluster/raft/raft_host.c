@@ -1239,6 +1239,19 @@ static void track_voters(group *g, uint64_t index, const log_entry *le)
     raft_configuration_close(&c);
 }
 
+/* At start: the configuration entries the state machine already holds are not applied
+ * again, so their voters are taken from the log (those still in it): a restarted leader
+ * then knows whom the configuration in force promoted, as one that never stopped does. */
+static void track_voters_from_log(group *g)
+{
+    uint64_t last = g->log_first + g->log_n;
+    for (uint64_t i = g->log_first; i < last && i <= g->applied; i++) {
+        log_entry *le = log_at(g, i);
+        if (le->type == RAFT_CHANGE)
+            track_voters(g, i, le);
+    }
+}
+
 /* The RAFT_CHANGE entry at `index` is committed and durable here: if it is the core's
  * pending configuration, tell the core (it then counts it committed, and a leader that
  * is no longer a voter in it steps down). Any other configuration entry is already
@@ -2079,6 +2092,8 @@ static int start_group_in(raft_host *h, uint64_t group_id, const uint64_t *membe
     g->log_first = start;
     if (rc == 0 && ne > 0)
         rc = log_put(g, start, ents, (unsigned)ne);
+    if (rc == 0)
+        track_voters_from_log(g);
     bool has_snap = loaded && ld.snapshot_index != 0;
     if (loaded)
         release_loaded(h, &ld);
@@ -2741,9 +2756,10 @@ static bool was_voter(const group *g, uint64_t id)
  * then removed the leader, or promoted another, before the first heard of it). So no
  * change goes in while the voter promoted by the configuration in force may not know
  * it, unless the change takes its vote away again. By induction every earlier promotion
- * was known before the change after it. A replica that did not apply both configuration
- * entries itself (it started, or installed a snapshot, since) knows nothing and holds
- * nothing up. Returns the unaware voter's id, or 0.
+ * was known before the change after it. A replica learns both configuration entries by
+ * applying them, or at start from its log (track_voters_from_log); one that installed a
+ * snapshot since, or whose log was compacted past them before a restart, knows nothing
+ * and holds nothing up. Returns the unaware voter's id, or 0.
  */
 static uint64_t unaware_promotee(const group *g, const struct raft_configuration *next)
 {

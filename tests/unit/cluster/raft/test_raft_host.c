@@ -2338,6 +2338,84 @@ static void test_an_unaware_promoted_voter_may_be_demoted(void **state)
     cluster_stop();
 }
 
+/* Storage of nodes 1-3 after a move's first two steps, all applied: 1 {1,2,3},
+ * 2 {1,2,3} + learner 4, 3 {1,2,3,4} (node 4, promoted, never heard of it). */
+static uint8_t *move_confs[3];
+static size_t move_conf_lens[3];
+
+static void encode_move_confs(void)
+{
+    for (int k = 0; k < 3; k++) {
+        struct raft_configuration conf;
+        struct raft_buffer b;
+        raft_configuration_init(&conf);
+        for (uint64_t id = 1; id <= (k == 0 ? 3u : 4u); id++) {
+            char addr[8];
+            snprintf(addr, sizeof addr, "%u", (unsigned)id);
+            int role = id == 4 && k == 1 ? RAFT_STANDBY : RAFT_VOTER;
+            assert_int_equal(raft_configuration_add(&conf, id, addr, role), 0);
+        }
+        assert_int_equal(raft_configuration_encode(&conf, &b), 0);
+        raft_configuration_close(&conf);
+        move_confs[k] = b.base;
+        move_conf_lens[k] = b.len;
+    }
+}
+
+static int st_load_move(void *ctx, uint64_t group, raft_host_loaded *out, strata_err *err)
+{
+    (void)ctx;
+    (void)group;
+    (void)err;
+    raft_host_entry *e = malloc(3 * sizeof *e);
+    assert_non_null(e);
+    for (int k = 0; k < 3; k++)
+        e[k] = (raft_host_entry){1, RAFT_CHANGE, move_confs[k], move_conf_lens[k]};
+    *out = (raft_host_loaded){.term = 1, .start_index = 1, .entries = e, .n = 3};
+    return 0;
+}
+
+/* The rule above survives a restart: nodes 1-3 restart with the promotion applied (the
+ * state machine holds it, so it is not applied again) while node 4 is still away. The
+ * next leader must hold a change back as the one that ran the steps did. */
+static void test_restarted_leader_still_waits_for_the_promoted_voter(void **state)
+{
+    (void)state;
+    strata_err err;
+    encode_move_confs();
+    memset(cenv, 0, sizeof cenv);
+    memset(cut, 0, sizeof cut);
+    memset(io_held, 0, sizeof io_held);
+    memset(frozen, 0, sizeof frozen);
+    memset(ch, 0, sizeof ch);
+    for (int i = 1; i <= 3; i++) {
+        raft_host_config c = config(&cenv[i], (uint64_t)i);
+        c.transport.send = q_send;
+        c.storage.load = st_load_move;
+        c.seed = (uint64_t)i * 11;
+        ch[i] = raft_host_create(&c, &err);
+        assert_non_null(ch[i]);
+        assert_int_equal(raft_host_start_group(ch[i], 1, (uint64_t[]){1, 2, 3}, 3, 3, &err), 0);
+    }
+    int l = cluster_write(2); /* 1, 2 and 3 are a majority of four */
+    int o = l % 3 + 1;
+    raft_host_member without_o[3];
+    size_t k = 0;
+    for (uint64_t id = 1; id <= 4; id++)
+        if (id != (uint64_t)o)
+            without_o[k++] = (raft_host_member){id, true};
+    outcome_rec r = {0};
+    assert_int_equal(raft_host_change(ch[l], 1, without_o, 3, record, &r, &err), -1);
+    assert_int_equal(err.code, ERR_BUSY);
+    assert_non_null(strstr(err.msg, "voter 4 has not yet received"));
+    /* Taking node 4's vote away again is still allowed. */
+    assert_int_equal(raft_host_change(ch[l], 1, with_learner4, 4, record, &r, &err), 0);
+    assert_int_equal(wait_change(&r), ERR_NONE);
+    cluster_stop();
+    for (int k2 = 0; k2 < 3; k2++)
+        raft_free(move_confs[k2]);
+}
+
 /* A replica moves from node o to node 4 (join, learner, catch up, promote, remove the
  * old one), then the leader removes itself. */
 static void test_membership_move(void **state)
@@ -2858,6 +2936,7 @@ int main(void)
         cmocka_unit_test(test_rejoin_marks_vote),
         cmocka_unit_test(test_no_change_while_a_promoted_voter_does_not_know),
         cmocka_unit_test(test_an_unaware_promoted_voter_may_be_demoted),
+        cmocka_unit_test(test_restarted_leader_still_waits_for_the_promoted_voter),
         cmocka_unit_test(test_membership_move),
         cmocka_unit_test(test_change_mid_batch),
         cmocka_unit_test(test_transfer),
