@@ -256,6 +256,10 @@ size_t router_inflight(const router *r);
  * node knows the cluster map and is registered in it, until it is removed. */
 bool router_ready(const router *r);
 
+/* True once the node's log or engine has failed for good (an I/O error, the disk full):
+ * the node can make nothing durable any more. `why` receives the first error. */
+bool router_storage_failed(const router *r, strata_err *why);
+
 /* Appends the node's view of the cluster as a JSON object (GET /admin/cluster):
  * {"node_id", "ready", "meta_leader", "nodes": [...], "partitions": [...]}; see the
  * README's Cluster section. On one node: {"node_id":0,"ready":true,"mode":"single"}. */

@@ -4988,6 +4988,12 @@ size_t rcluster_inflight(const rcluster *c)
     return c->n_ops;
 }
 
+bool rcluster_storage_failed(const rcluster *c, strata_err *why)
+{
+    return (c->log != NULL && wal_failed(c->log, why)) ||
+           (c->engine != NULL && lsm_failed(c->engine, why));
+}
+
 bool rcluster_ready(const rcluster *c)
 {
     /* A draining node still takes requests (it routes them like any node). */

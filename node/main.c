@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <uv.h>
 
@@ -20,8 +21,13 @@ typedef struct {
     uv_loop_t *loop;
     http_server *http;
     uv_signal_t sigterm, sigint;
+    uv_timer_t storage_check;
+    router *r;
     bool stopping;
 } node;
+
+/* How often the node checks that its log and engine still work. */
+#define STORAGE_CHECK_MS 200
 
 /* ItemCount / TableSizeBytes bookkeeping from a write's result. */
 static void result_stats(const uint8_t *result, size_t len, partition_stats *delta)
@@ -84,6 +90,29 @@ static void on_http_stopped(void *data)
     /* In a cluster the router's own handles (peer connections, Raft timers) keep the loop
      * alive: stop it here, router_close finishes their work. */
     uv_stop(n->loop);
+}
+
+/*
+ * A log or engine that failed (an I/O error, the disk full) fails for good: after a
+ * failed fdatasync nobody knows what the file holds. A node that goes on running then
+ * serves no replica, yet looks alive to its peers, so its partitions are never given a
+ * third replica elsewhere. It stops as a crash would, which the cluster is built to
+ * survive: every acknowledged write is on a majority of replicas, a restart replays the
+ * log. The operator sees why, and restarts the node once the disk is fixed.
+ */
+static void on_storage_check(uv_timer_t *t)
+{
+    node *n = t->data;
+    strata_err why;
+    if (!router_storage_failed(n->r, &why))
+        return;
+    fprintf(stderr,
+            "stratad: storage failed: %s: %s\n"
+            "stratad: stopping now; restart this node once its disk is fixed (the other "
+            "replicas hold every acknowledged write)\n",
+            strata_code_name(why.code), why.msg);
+    fflush(stdout);
+    _exit(1);
 }
 
 static void on_signal(uv_signal_t *h, int signum)
@@ -185,6 +214,11 @@ int main(int argc, char **argv)
     n.sigterm.data = n.sigint.data = &n;
     uv_signal_start(&n.sigterm, on_signal, SIGTERM);
     uv_signal_start(&n.sigint, on_signal, SIGINT);
+    n.r = r;
+    uv_timer_init(n.loop, &n.storage_check);
+    n.storage_check.data = &n;
+    uv_timer_start(&n.storage_check, on_storage_check, STORAGE_CHECK_MS, STORAGE_CHECK_MS);
+    uv_unref((uv_handle_t *)&n.storage_check);
 
     if (cfg.level >= LOG_INFO)
         fprintf(stderr, "stratad: data in %s, %d partitions per new table\n", cfg.data_dir,
@@ -199,6 +233,7 @@ int main(int argc, char **argv)
 
     uv_close((uv_handle_t *)&n.sigterm, NULL);
     uv_close((uv_handle_t *)&n.sigint, NULL);
+    uv_close((uv_handle_t *)&n.storage_check, NULL);
     router_close(r);
     api_server_free(api);
     uv_run(n.loop, UV_RUN_NOWAIT);

@@ -1953,6 +1953,13 @@ void lsm_compact(lsm *db, lsm_cb cb, void *arg)
     maybe_schedule(db);
 }
 
+bool lsm_failed(const lsm *db, strata_err *why)
+{
+    if (db->bg_err.code != ERR_NONE && why != NULL)
+        *why = db->bg_err;
+    return db->bg_err.code != ERR_NONE;
+}
+
 void lsm_get_stats(lsm *db, lsm_stats *out)
 {
     *out = db->st;

@@ -212,4 +212,9 @@ typedef struct {
 } lsm_stats;
 void lsm_get_stats(lsm *db, lsm_stats *out);
 
+/* True once a background job or a write has failed for good (a flush that could not
+ * write its table, the disk full, out of memory): writes are refused from then on;
+ * `why` (may be NULL) receives the error. */
+bool lsm_failed(const lsm *db, strata_err *why);
+
 #endif

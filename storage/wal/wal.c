@@ -1460,6 +1460,13 @@ int wal_group_state(const wal *w, uint64_t gid, wal_group_info *out, strata_err 
     return 0;
 }
 
+bool wal_failed(const wal *w, strata_err *why)
+{
+    if (w->failed && why != NULL)
+        *why = w->fail_err;
+    return w->failed;
+}
+
 void wal_get_stats(const wal *w, wal_stats *out)
 {
     *out = w->stats;

@@ -211,4 +211,8 @@ int wal_drop_group(wal *w, uint64_t group, wal_cb cb, void *data, strata_err *er
 
 void wal_get_stats(const wal *w, wal_stats *out);
 
+/* True once the log has failed (an I/O error, or the disk is full): every later
+ * operation is refused for good; `why` (may be NULL) receives the first error. */
+bool wal_failed(const wal *w, strata_err *why);
+
 #endif

@@ -795,10 +795,17 @@ static void background_error_is_sticky(void **state)
     char moved[128];
     snprintf(moved, sizeof moved, "%s.moved", f->dir);
     assert_int_equal(rename(f->dir, moved), 0);
+    strata_err why;
+    assert_false(lsm_failed(db, &why));
     waitcb w = {0};
     lsm_flush(db, waitcb_fn, &w);
     run_until(&f->loop, &w.done);
     assert_int_equal(w.err.code, ERR_IO);
+    /* The node asks (and stops): the error, with its file. */
+    assert_true(lsm_failed(db, &why));
+    assert_int_equal(why.code, ERR_IO);
+    assert_string_equal(why.msg, w.err.msg);
+    assert_true(lsm_failed(db, NULL));
     assert_int_equal(lsm_durable_index(db, 3), 0);
     lsm_batch *b = lsm_batch_new();
     strata_err err = {0};

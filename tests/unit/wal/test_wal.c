@@ -796,7 +796,8 @@ static void io_failure_fails_callbacks_and_later_requests(void **state)
     reopen(f); /* after the limit: the first segment, prepared at open, fails too */
     completions c = {0};
     tag t[2] = {{&c, 0}, {&c, 1}};
-    strata_err err;
+    strata_err err, why;
+    assert_false(wal_failed(f->w, &why));
     /* The first segment cannot even be preallocated past 16 KiB. */
     assert_int_equal(append_n(f, 1, 1, 1, 1, &t[0], &err), 0);
     assert_int_equal(append_n(f, 2, 1, 1, 1, &t[1], &err), 0);
@@ -804,6 +805,12 @@ static void io_failure_fails_callbacks_and_later_requests(void **state)
     setrlimit(RLIMIT_FSIZE, &old);
     assert_int_equal(c.failed, 2);
     assert_int_equal(c.last_err.code, ERR_IO);
+    /* The node asks (and stops): the first error, with its path and errno text. */
+    assert_true(wal_failed(f->w, &why));
+    assert_int_equal(why.code, ERR_IO);
+    assert_string_equal(why.msg, c.last_err.msg);
+    assert_non_null(strstr(why.msg, "File too large"));
+    assert_true(wal_failed(f->w, NULL));
     assert_int_equal(append_n(f, 3, 1, 1, 1, NULL, &err), -1);
     assert_int_equal(err.code, ERR_IO);
     assert_int_equal(wal_set_term_vote(f->w, 3, 1, 1, NULL, NULL, &err), -1);
