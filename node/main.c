@@ -23,6 +23,7 @@ typedef struct {
     uv_signal_t sigterm, sigint;
     uv_timer_t storage_check;
     router *r;
+    bool replicated; /* cluster mode */
     bool stopping;
 } node;
 
@@ -108,9 +109,10 @@ static void on_storage_check(uv_timer_t *t)
         return;
     fprintf(stderr,
             "stratad: storage failed: %s: %s\n"
-            "stratad: stopping now; restart this node once its disk is fixed (the other "
-            "replicas hold every acknowledged write)\n",
-            strata_code_name(why.code), why.msg);
+            "stratad: stopping now; restart this node once its disk is fixed (%s)\n",
+            strata_code_name(why.code), why.msg,
+            n->replicated ? "the other replicas hold every acknowledged write"
+                          : "every acknowledged write is in its log");
     fflush(stdout);
     _exit(1);
 }
@@ -215,6 +217,7 @@ int main(int argc, char **argv)
     uv_signal_start(&n.sigterm, on_signal, SIGTERM);
     uv_signal_start(&n.sigint, on_signal, SIGINT);
     n.r = r;
+    n.replicated = rc.cluster != NULL;
     uv_timer_init(n.loop, &n.storage_check);
     n.storage_check.data = &n;
     uv_timer_start(&n.storage_check, on_storage_check, STORAGE_CHECK_MS, STORAGE_CHECK_MS);

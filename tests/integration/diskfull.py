@@ -15,6 +15,9 @@ Needs root (it mounts a tmpfs); otherwise it reports a skip (exit 77).
  4. The tmpfs grows to 400 MiB and node 3 starts again: it becomes ready, every
     partition's replicas end at one applied index with one digest (GET /admin/digests),
     and every acknowledged write reads back, strongly and through node 3, with its value.
+ 5. One stratad in single-node mode on a 72 MiB tmpfs, written until it stops: exit status
+    1 with the reason, the write in flight was not acknowledged (HTTP 500), and once the
+    tmpfs has room every acknowledged write reads back after a restart.
 Every wait polls a condition with a deadline.
 """
 import base64
@@ -149,6 +152,75 @@ def run(cl, data3):
           "writes read back through it" % (time.time() - t1, len(w.acked)))
 
 
+def single_node(stratad, work):
+    data = os.path.join(work, "single")
+    os.makedirs(data)
+    ok_mount, why = mount_tmpfs(data, "72m")
+    C.check(ok_mount, "tmpfs for the single node: %s" % why)
+    port = C.free_ports(1)[0]
+    url = "http://127.0.0.1:%d" % port
+    log_path = os.path.join(work, "single.log")
+    cmd = [stratad, "--listen", "127.0.0.1:%d" % port, "--data-dir", data,
+           "--initial-partitions", "4", "--throttle", "false"]
+
+    def start():
+        with open(log_path, "a") as logf:
+            p = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT,
+                                 stdin=subprocess.DEVNULL)
+        def serves():
+            C.check(p.poll() is None, "the single node exited while starting")
+            try:
+                return C.client(url, False).list_tables() is not None
+            except Exception:
+                return False
+        C.poll(serves, C.START_DEADLINE_S, "the single node serves", 0.2)
+        return p
+    try:
+        p = start()
+        c = C.client(url, False)  # one attempt each: the failing write must show
+        c.create_table(TableName=C.TABLE, BillingMode="PAY_PER_REQUEST",
+                       AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+                       KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}])
+        acked, refused = [], None
+        for i in range(1000):
+            key = "single-%d" % i
+            try:
+                c.put_item(TableName=C.TABLE, Item={"pk": {"S": key}, "v": {"S": value_of(key)}})
+                acked.append(key)
+            except Exception as e:
+                refused = e
+                break
+        C.check(refused is not None, "the disk filled up")
+        C.poll(lambda: p.poll() is not None, STOP_DEADLINE_S, "the single node stops", 0.2)
+        with open(log_path, errors="replace") as f:
+            text = f.read()
+        C.check(p.returncode == 1 and "stratad: storage failed:" in text and
+                "No space left on device" in text,
+                "the single node stops with the reason (status %s)\n%s" % (p.returncode, text))
+        status = getattr(refused, "response", {}).get("ResponseMetadata", {}).get(
+            "HTTPStatusCode")
+        C.check(status == 500 or isinstance(refused, (ConnectionError, OSError)) or
+                "Connect" in type(refused).__name__,
+                "the write in flight was refused, not acknowledged: %r" % refused)
+        r = subprocess.run(["mount", "-o", "remount,size=400m", data], capture_output=True,
+                           text=True)
+        C.check(r.returncode == 0, "tmpfs grows: %s" % r.stderr)
+        p = start()
+        c = C.client(url, True)
+        for key in acked:
+            it = c.get_item(TableName=C.TABLE, Key={"pk": {"S": key}}, ConsistentRead=True)
+            C.check(it.get("Item", {}).get("v", {}).get("S") == value_of(key),
+                    "acknowledged write %s survives on the single node" % key)
+        p.terminate()
+        C.check(p.wait(timeout=60) == 0, "the single node stops cleanly on SIGTERM")
+        said = next(l for l in text.splitlines() if l.startswith("stratad: storage failed:"))
+        C.log("5) ok: single node stopped after %d writes (the next: %s); all read back "
+              "after a restart; it said: %s" % (len(acked), type(refused).__name__, said))
+    finally:
+        subprocess.run(["pkill", "-KILL", "-f", "--data-dir %s" % data], capture_output=True)
+        subprocess.run(["umount", data], capture_output=True)
+
+
 def main():
     stratad = os.path.abspath(sys.argv[1])
     if os.geteuid() != 0:
@@ -165,6 +237,8 @@ def main():
     ok = False
     try:
         run(cl, data3)
+        cl.kill_all()
+        single_node(stratad, work)
         ok = True
     except C.Failure as e:
         C.log("FAILED: %s" % e)
