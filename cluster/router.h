@@ -256,8 +256,9 @@ size_t router_inflight(const router *r);
  * node knows the cluster map and is registered in it, until it is removed. */
 bool router_ready(const router *r);
 
-/* True once the node's log or engine has failed for good (an I/O error, the disk full):
- * the node can make nothing durable any more. `why` receives the first error. */
+/* True once the node's log or engine has failed for good (an I/O error, the disk full),
+ * or in a cluster the log refused a Raft group's request (raft_wal_storage_refused): the
+ * node can no longer keep its replicas. `why` receives the first error. */
 bool router_storage_failed(const router *r, strata_err *why);
 
 /* Appends the node's view of the cluster as a JSON object (GET /admin/cluster):

@@ -95,7 +95,8 @@ static void on_http_stopped(void *data)
 
 /*
  * A log or engine that failed (an I/O error, the disk full) fails for good: after a
- * failed fdatasync nobody knows what the file holds. A node that goes on running then
+ * failed fdatasync nobody knows what the file holds; a log request refused (a disk too
+ * slow for the load) stops its Raft group for good. A node that goes on running then
  * serves no replica, yet looks alive to its peers, so its partitions are never given a
  * third replica elsewhere. It stops as a crash would, which the cluster is built to
  * survive: every acknowledged write is on a majority of replicas, a restart replays the

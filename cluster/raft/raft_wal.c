@@ -32,6 +32,19 @@ static completion *completion_new(raft_storage_cb cb, void *cb_data, strata_err 
     return c;
 }
 
+/* A request the WAL refused: remembered (the first one) for raft_wal_storage_refused. */
+static int note_refusal(raft_wal_storage *s, strata_err *err)
+{
+    if (!s->refused) {
+        s->refused = true;
+        if (err != NULL)
+            s->refusal = *err;
+        else
+            strata_err_set(&s->refusal, ERR_IO, "raft wal: a request was refused");
+    }
+    return -1;
+}
+
 static int ws_load(void *ctx, uint64_t group, raft_host_loaded *out, strata_err *err)
 {
     raft_wal_storage *s = ctx;
@@ -83,10 +96,10 @@ static int ws_term_vote(void *ctx, uint64_t group, uint64_t term, uint64_t vote,
         return strata_err_set(err, ERR_UNAVAILABLE, "raft wal storage detached");
     completion *c = completion_new(cb, cb_data, err);
     if (c == NULL)
-        return -1;
+        return note_refusal(s, err);
     if (wal_set_term_vote(s->w, group, term, vote, on_wal_done, c, err) != 0) {
         free(c);
-        return -1;
+        return note_refusal(s, err);
     }
     return 0;
 }
@@ -102,7 +115,8 @@ static int ws_append(void *ctx, uint64_t group, uint64_t first_index, const raft
     if (we == NULL || c == NULL) {
         free(we);
         free(c);
-        return strata_err_set(err, ERR_NOMEM, "raft wal append");
+        strata_err_set(err, ERR_NOMEM, "raft wal append");
+        return note_refusal(s, err);
     }
     for (size_t i = 0; i < n; i++)
         we[i] = (wal_entry){e[i].term, e[i].type, e[i].data, e[i].len};
@@ -110,7 +124,7 @@ static int ws_append(void *ctx, uint64_t group, uint64_t first_index, const raft
     free(we); /* the WAL copied the entries */
     if (rc != 0) {
         free(c);
-        return -1;
+        return note_refusal(s, err);
     }
     return 0;
 }
@@ -126,10 +140,10 @@ static int ws_set_snapshot(void *ctx, uint64_t group, const raft_host_snapshot *
     wal_group_info gi;
     if (sp->replace_log && wal_group_state(s->w, group, &gi, NULL) == 0 &&
         gi.last_index > sp->index && wal_truncate(s->w, group, sp->index + 1, NULL, NULL, err) != 0)
-        return -1;
+        return note_refusal(s, err);
     completion *c = completion_new(cb, cb_data, err);
     if (c == NULL)
-        return -1;
+        return note_refusal(s, err);
     wal_snapshot ws = {.index = sp->index,
                        .term = sp->term,
                        .keep_from = sp->keep_from,
@@ -137,7 +151,7 @@ static int ws_set_snapshot(void *ctx, uint64_t group, const raft_host_snapshot *
                        .meta_len = sp->meta_len};
     if (wal_set_snapshot(s->w, group, &ws, on_wal_done, c, err) != 0) {
         free(c);
-        return -1;
+        return note_refusal(s, err);
     }
     return 0;
 }
@@ -146,6 +160,7 @@ void raft_wal_storage_init(raft_wal_storage *s, wal *w, raft_host_storage *out)
 {
     s->w = w;
     s->detached = false;
+    s->refused = false;
     *out = (raft_host_storage){.ctx = s,
                                .load = ws_load,
                                .release = NULL,
@@ -157,4 +172,11 @@ void raft_wal_storage_init(raft_wal_storage *s, wal *w, raft_host_storage *out)
 void raft_wal_storage_detach(raft_wal_storage *s)
 {
     s->detached = true;
+}
+
+bool raft_wal_storage_refused(const raft_wal_storage *s, strata_err *why)
+{
+    if (s->refused && why != NULL)
+        *why = s->refusal;
+    return s->refused;
 }

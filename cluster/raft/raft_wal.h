@@ -22,10 +22,18 @@
 typedef struct {
     wal *w;
     bool detached;
+    bool refused;       /* the WAL refused a request (see raft_wal_storage_refused) */
+    strata_err refusal; /* the first refusal */
 } raft_wal_storage;
 
 /* Fills `out` for use as raft_host_config.storage; `s` must outlive the host. */
 void raft_wal_storage_init(raft_wal_storage *s, wal *w, raft_host_storage *out);
 void raft_wal_storage_detach(raft_wal_storage *s);
+
+/* True once the WAL refused one of the host's requests (it failed, ERR_BUSY with
+ * max_pending_bytes waiting because the disk cannot keep up, out of memory): the host
+ * has then stopped that group for good, so the node must stop too (node/main.c).
+ * `why` (may be NULL) receives the first refusal. Refusals after detach do not count. */
+bool raft_wal_storage_refused(const raft_wal_storage *s, strata_err *why);
 
 #endif

@@ -575,12 +575,71 @@ static void test_join_move(void **state)
     assert_int_equal(uv_loop_close(&loop), 0);
 }
 
+static void on_closed_flag(void *data)
+{
+    *(int *)data = 1;
+}
+
+static void on_stored(void *data, int status)
+{
+    (void)status;
+    ++*(int *)data;
+}
+
+/* A request the WAL refuses (here: more bytes waiting than max_pending_bytes, a disk
+ * that cannot keep up) stops the group in the host for good; the storage reports it so
+ * that the node stops (node/main.c). A refusal after detach (shutdown) does not count. */
+static void test_refusal_is_reported(void **state)
+{
+    (void)state;
+    char dir[64] = "/tmp/strata-raftwal-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    assert_int_equal(uv_loop_init(&loop), 0);
+    strata_err err, why;
+    wal *w;
+    wal_options wo = {.dir = dir, .segment_size = 1 << 20, .max_pending_bytes = 256};
+    assert_int_equal(wal_open(&wo, &loop, &w, &err), 0);
+    raft_wal_storage ws;
+    raft_host_storage st;
+    raft_wal_storage_init(&ws, w, &st);
+    int done = 0;
+    assert_int_equal(st.set_term_vote(st.ctx, 1, 1, 1, on_stored, &done, &err), 0);
+    assert_false(raft_wal_storage_refused(&ws, &why));
+
+    static uint8_t big[1024];
+    raft_host_entry e = {1, 1, big, sizeof big};
+    assert_int_equal(st.append(st.ctx, 1, 1, &e, 1, on_stored, &done, &err), -1);
+    assert_int_equal(err.code, ERR_BUSY);
+    assert_true(raft_wal_storage_refused(&ws, &why));
+    assert_int_equal(why.code, ERR_BUSY);
+    assert_non_null(strstr(why.msg, "waiting to be written"));
+    while (done < 1)
+        uv_run(&loop, UV_RUN_ONCE);
+
+    raft_wal_storage ws2;
+    raft_wal_storage_init(&ws2, w, &st);
+    raft_wal_storage_detach(&ws2);
+    assert_int_equal(st.append(st.ctx, 1, 1, &e, 1, on_stored, &done, &err), -1);
+    assert_int_equal(err.code, ERR_UNAVAILABLE);
+    assert_false(raft_wal_storage_refused(&ws2, NULL));
+
+    int closed = 0;
+    wal_close(w, on_closed_flag, &closed);
+    while (!closed)
+        uv_run(&loop, UV_RUN_ONCE);
+    assert_int_equal(uv_loop_close(&loop), 0);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_elect_submit_restart_catch_up),
         cmocka_unit_test(test_compaction_restart_and_install),
         cmocka_unit_test(test_join_move),
+        cmocka_unit_test(test_refusal_is_reported),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
