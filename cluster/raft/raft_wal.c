@@ -32,10 +32,15 @@ static completion *completion_new(raft_storage_cb cb, void *cb_data, strata_err 
     return c;
 }
 
-/* A request the WAL refused: remembered (the first one) for raft_wal_storage_refused. */
+/* A request the WAL refused: the first one refused for want of disk or memory (ERR_IO,
+ * ERR_BUSY, ERR_NOMEM) is remembered for raft_wal_storage_refused. ERR_VALIDATION (a
+ * request outside the group's log: a bug) stops that group alone, as before: restarting
+ * the node would not mend it. */
 static int note_refusal(raft_wal_storage *s, strata_err *err)
 {
-    if (!s->refused) {
+    bool resources =
+        err == NULL || err->code == ERR_IO || err->code == ERR_BUSY || err->code == ERR_NOMEM;
+    if (!s->refused && resources) {
         s->refused = true;
         if (err != NULL)
             s->refusal = *err;

@@ -30,10 +30,11 @@ typedef struct {
 void raft_wal_storage_init(raft_wal_storage *s, wal *w, raft_host_storage *out);
 void raft_wal_storage_detach(raft_wal_storage *s);
 
-/* True once the WAL refused one of the host's requests (it failed, ERR_BUSY with
- * max_pending_bytes waiting because the disk cannot keep up, out of memory): the host
- * has then stopped that group for good, so the node must stop too (node/main.c).
- * `why` (may be NULL) receives the first refusal. Refusals after detach do not count. */
+/* True once the WAL refused one of the host's requests for want of disk or memory (it
+ * failed, ERR_BUSY with max_pending_bytes waiting because the disk cannot keep up,
+ * ERR_NOMEM): the host has then stopped that group for good, so the node must stop too
+ * (node/main.c). `why` (may be NULL) receives the first such refusal. Refusals after
+ * detach, and ERR_VALIDATION (a request outside the group's log), do not count. */
 bool raft_wal_storage_refused(const raft_wal_storage *s, strata_err *why);
 
 #endif

@@ -588,7 +588,8 @@ static void on_stored(void *data, int status)
 
 /* A request the WAL refuses (here: more bytes waiting than max_pending_bytes, a disk
  * that cannot keep up) stops the group in the host for good; the storage reports it so
- * that the node stops (node/main.c). A refusal after detach (shutdown) does not count. */
+ * that the node stops (node/main.c). A refusal after detach (shutdown), or of a request
+ * outside the group's log, does not count. */
 static void test_refusal_is_reported(void **state)
 {
     (void)state;
@@ -618,6 +619,11 @@ static void test_refusal_is_reported(void **state)
 
     raft_wal_storage ws2;
     raft_wal_storage_init(&ws2, w, &st);
+    /* An append outside the group's log is a bug of that group's: not counted. */
+    raft_host_entry small = {1, 1, big, 8};
+    assert_int_equal(st.append(st.ctx, 1, 5, &small, 1, on_stored, &done, &err), -1);
+    assert_int_equal(err.code, ERR_VALIDATION);
+    assert_false(raft_wal_storage_refused(&ws2, NULL));
     raft_wal_storage_detach(&ws2);
     assert_int_equal(st.append(st.ctx, 1, 1, &e, 1, on_stored, &done, &err), -1);
     assert_int_equal(err.code, ERR_UNAVAILABLE);
