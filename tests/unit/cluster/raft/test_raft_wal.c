@@ -470,14 +470,22 @@ static bool change_done(void)
     return change_code >= 0;
 }
 
-/* Proposes `m` at the leader and waits for it to be committed. */
+/* Proposes `m` at the leader and waits for it to be committed. ERR_BUSY means retry
+ * later (raft_host_change): the replica the last change promoted may not have heard of
+ * it yet, which on a loaded machine it sometimes has not (a CI run failed so). */
 static void change_to(const raft_host_member *m, size_t n)
 {
     run_until(has_leader);
     strata_err err;
     change_code = -1;
-    assert_int_equal(raft_host_change(nodes[leader_id()].host, GROUP, m, n, on_change, NULL, &err),
-                     0);
+    uint64_t deadline = uv_now(&loop) + 10000;
+    while (raft_host_change(nodes[leader_id()].host, GROUP, m, n, on_change, NULL, &err) != 0) {
+        if (err.code != ERR_BUSY)
+            fail_msg("raft_host_change: %s", err.msg);
+        assert_true(uv_now(&loop) < deadline);
+        uv_run(&loop, UV_RUN_ONCE);
+        run_until(has_leader);
+    }
     run_until(change_done);
     assert_int_equal(change_code, ERR_NONE);
 }
