@@ -665,12 +665,16 @@ bool router_ready(const router *r)
     return r->cl == NULL || rcluster_ready(r->cl);
 }
 
+bool router_log_or_engine_failed(const wal *log, const lsm *engine, strata_err *why)
+{
+    return (log != NULL && wal_failed(log, why)) || (engine != NULL && lsm_failed(engine, why));
+}
+
 bool router_storage_failed(const router *r, strata_err *why)
 {
     if (r->cl != NULL)
         return rcluster_storage_failed(r->cl, why);
-    return (r->log != NULL && wal_failed(r->log, why)) ||
-           (r->engine != NULL && lsm_failed(r->engine, why));
+    return router_log_or_engine_failed(r->log, r->engine, why);
 }
 
 int router_node_state(router *r, uint64_t node, const char *state, router_cb cb, void *ctx,

@@ -4990,8 +4990,7 @@ size_t rcluster_inflight(const rcluster *c)
 
 bool rcluster_storage_failed(const rcluster *c, strata_err *why)
 {
-    return (c->log != NULL && wal_failed(c->log, why)) ||
-           (c->engine != NULL && lsm_failed(c->engine, why)) ||
+    return router_log_or_engine_failed(c->log, c->engine, why) ||
            raft_wal_storage_refused(&c->rws, why);
 }
 
