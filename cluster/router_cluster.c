@@ -368,6 +368,8 @@ struct rcluster {
         uint64_t strong_via_parent; /* strong reads of a new child's key sent to its parent */
         uint64_t flush_hints;       /* SPLIT flush hints applied here (apply_flush_hint) */
         uint64_t early_delivered;   /* Raft messages kept for a child until it started */
+        uint64_t forwarded_writes;  /* write attempts sent to another node's leader */
+        uint64_t forwarded_reads;   /* read attempts sent to another node's replica */
     } counters;
 
     op *live; /* every op alive */
@@ -1123,6 +1125,7 @@ static void write_attempt(op *o)
         op_retry(o, 0); /* not sent: harmless to try again */
         return;
     }
+    c->counters.forwarded_writes++;
     o->in_flight = true;
 }
 
@@ -1330,6 +1333,7 @@ static void read_attempt(op *o)
         op_retry(o, 0);
         return;
     }
+    c->counters.forwarded_reads++;
     o->in_flight = true;
 }
 
@@ -3976,6 +3980,20 @@ static bool join_allowed(rcluster *c, const meta_partition *mp)
     return false;
 }
 
+/* A replica as bootstrapped: term 1, no vote cast, nothing but the configuration in its
+ * log. For a new table's partition the node the map names its leader stands for election
+ * at once (raft_host_campaign_soon) rather than after an election timeout, during which
+ * the new table would refuse every write (retried by the router: the first writes took
+ * 1.0 to 1.5 s). Only then: a replica that has known a leader may hear from one any
+ * moment, and a campaign would only disturb it. A split's child has its own rule (the
+ * parent's leader campaigns: split_finish). */
+static bool never_led(rcluster *c, uint64_t pid)
+{
+    raft_host_group_stats st;
+    return raft_host_group_info(c->host, pid, &st, NULL) == 0 && st.term <= 1 && st.vote == 0 &&
+           st.last_index <= 1 && st.leader == 0;
+}
+
 /* Starts a replica the map gives this node. Its range is its record's (the range as of
  * its applied state), else the map's, recorded now. It waits while a local replica of
  * the same table still serves part of that range: a parent that has not applied the
@@ -4045,7 +4063,11 @@ static void start_replica(rcluster *c, const meta_partition *mp, meta_role role)
     if (start_replica_group(c, lp, mp, role, have ? &rg : NULL, &err) < 0) {
         fprintf(stderr, "stratad: cannot start partition %" PRIu64 ": %s\n", mp->id, err.msg);
         lpart_remove(c, lpart_find(c, mp->id));
+        return;
     }
+    bool original = mp->epoch == 1 && !(have && rg.n_members > 0); /* not a split's child */
+    if (original && mp->leader_hint == c->self && never_led(c, mp->id))
+        (void)raft_host_campaign_soon(c->host, mp->id, &err);
 }
 
 /* ------------------------------------------------------------------ splits (local) */
@@ -5058,9 +5080,11 @@ void rcluster_status_json(rcluster *c, buf *out)
     buf_printf(out,
                "\"router\":{\"retries\":%" PRIu64 ",\"woken_by_leader\":%" PRIu64
                ",\"reads_via_parent\":%" PRIu64 ",\"strong_via_parent\":%" PRIu64
-               ",\"flush_hints\":%" PRIu64 ",\"early_delivered\":%" PRIu64 "},",
+               ",\"flush_hints\":%" PRIu64 ",\"early_delivered\":%" PRIu64
+               ",\"forwarded_writes\":%" PRIu64 ",\"forwarded_reads\":%" PRIu64 "},",
                c->counters.retries, c->counters.woken_by_leader, c->counters.reads_via_parent,
-               c->counters.strong_via_parent, c->counters.flush_hints, c->counters.early_delivered);
+               c->counters.strong_via_parent, c->counters.flush_hints, c->counters.early_delivered,
+               c->counters.forwarded_writes, c->counters.forwarded_reads);
     buf_printf(out, "\"loop\":{\"lag_max_ms\":%.1f,\"lags_over_%dms\":%" PRIu64 "},",
                (double)c->lag_max_us / 1000.0, LAG_SLOW_MS, c->lags_slow);
     lsm_stats es;

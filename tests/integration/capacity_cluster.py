@@ -21,10 +21,8 @@ Every wait polls a condition with a deadline; rates are measured over measured w
 """
 import os
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.request
@@ -32,7 +30,7 @@ import urllib.request
 import botocore.exceptions
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cluster import Cluster, Failure, check, client, log, poll  # noqa: E402
+from cluster import Failure, check, client, log, poll, run_on_cluster  # noqa: E402
 
 TABLE = "capacity_kv"
 WCU = 20
@@ -287,12 +285,9 @@ def part_d(cl):
 
 
 def main():
-    stratad = os.path.abspath(sys.argv[1])
     cli = os.path.abspath(sys.argv[2]) if len(sys.argv) > 2 else None
-    work = tempfile.mkdtemp(prefix="strata-capacity-")
-    cl = Cluster(stratad, work)
-    ok = False
-    try:
+
+    def body(cl):
         cl.start()
         create_table(client(cl.node(1).url, True), cl)
         part_a(cl)
@@ -300,18 +295,8 @@ def main():
         part_c(cl, cli)
         part_e(cl)
         part_d(cl)
-        ok = True
         log("capacity in a cluster: ok")
-    except (Failure, botocore.exceptions.BotoCoreError,
-            botocore.exceptions.ClientError) as e:
-        log("FAIL: %s" % e)
-    finally:
-        cl.kill_all()
-        if not ok:
-            for n in cl.nodes:
-                sys.stderr.write("---- node %d log tail ----\n%s" % (n.id, n.tail()))
-        shutil.rmtree(work, ignore_errors=True)
-    return 0 if ok else 1
+    return run_on_cluster(sys.argv[1], "strata-capacity-", body)
 
 
 if __name__ == "__main__":

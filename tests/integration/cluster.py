@@ -25,6 +25,8 @@ labels h1..h3) on free ports in a temporary directory, then checks:
  f) CreateTable of different tables through the three nodes at once, round after round:
     every one succeeds (each node stamps the next free table id from its copy of the map;
     the loser of a clash re-stamps and proposes again) and every table has its own id.
+New table: every partition has a leader less than an election timeout (1 s) after
+CreateTable returns (the node the map names its leader campaigns at once).
 Leader balance: after the table is created, after the killed node restarted (c) and after
 the whole cluster restarted (d), the partitions' leaders end within 1 of even over the three
 nodes (leaders follow the map's balanced leader hints once the replicas are caught up).
@@ -60,6 +62,7 @@ LEADERS_DEADLINE_S = 60    # every partition of a new table has a leader
 FAILOVER_DEADLINE_S = 20   # contract: ~2 election timeouts of 1 s; generous under ASan
 CATCHUP_DEADLINE_S = 60
 EVENTUAL_DEADLINE_S = 20
+ELECTION_TIMEOUT_S = 1.0   # stratad's (cluster/router.h): a replica waits [1, 2) s
 
 
 def log(*args):
@@ -240,20 +243,27 @@ def create_table(c, cl):
     c.create_table(TableName=TABLE, BillingMode="PAY_PER_REQUEST",
                    AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
                    KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}])
+    created = time.monotonic()
     poll(lambda: c.describe_table(TableName=TABLE)["Table"]["TableStatus"] == "ACTIVE",
          LEADERS_DEADLINE_S, "table ACTIVE")
 
     def all_led():
         ps = cl.partitions()
         return ps and all(len(p["members"]) == 3 and cl.leader_of(p["id"]) for p in ps)
-    poll(all_led, LEADERS_DEADLINE_S, "every partition of %s has a leader" % TABLE, 0.2)
+    poll(all_led, LEADERS_DEADLINE_S, "every partition of %s has a leader" % TABLE, 0.02)
+    led_s = time.monotonic() - created
+    # The node the map names a new partition's leader stands for election at once: no
+    # replica waits out an election timeout (1 s) before the table takes writes.
+    check(led_s < ELECTION_TIMEOUT_S,
+          "every partition of a new table has a leader within an election timeout "
+          "(%.2f s)" % led_s)
     ps = cl.partitions()
     az_of = {n["id"]: n["az"] for n in cl.node(1).admin()["nodes"]}
     for p in ps:
         azs = {az_of.get(m) for m in p["members"]}
         check(len(azs) == 3, "partition %d has replicas in 3 AZs: %s" % (p["id"], p))
-    log("table %s: %d partitions, leaders %s" %
-        (TABLE, len(ps), {p["id"]: cl.leader_of(p["id"]) for p in ps}))
+    log("table %s: %d partitions, leaders %s, all led %.3f s after CreateTable" %
+        (TABLE, len(ps), {p["id"]: cl.leader_of(p["id"]) for p in ps}, led_s))
 
 
 def leaders_even(cl, what):
@@ -633,15 +643,35 @@ def part_f(cl, rounds=4):
         (len(names), len(clients)))
 
 
+def run_on_cluster(stratad, prefix, body, errors=()):
+    """Calls body(cl) with a Cluster (not started) of `stratad` in a new temporary
+    directory. A Failure, a boto error or one of `errors` it raises is the test's failure:
+    logged, with the tail of every node's log. The nodes are killed and the directory
+    removed in any case. Returns the exit status: 0 when body returned."""
+    work = tempfile.mkdtemp(prefix=prefix)
+    cl = Cluster(os.path.abspath(stratad), work)
+    ok = False
+    try:
+        body(cl)
+        ok = True
+    except (Failure, botocore.exceptions.BotoCoreError,
+            botocore.exceptions.ClientError) + tuple(errors) as e:
+        log("FAIL: %s" % e)
+    finally:
+        cl.kill_all()
+        if not ok:
+            for n in cl.nodes:
+                sys.stderr.write("---- node %d log tail ----\n%s" % (n.id, n.tail()))
+        shutil.rmtree(work, ignore_errors=True)
+    return 0 if ok else 1
+
+
 def main():
-    stratad = os.path.abspath(sys.argv[1])
     # Small memtables: engines flush and logs compact within the test (part e).
     os.environ["STRATA_MEMTABLE_BYTES"] = "262144"
     phase_writes = int(sys.argv[2]) if len(sys.argv) > 2 else 300
-    work = tempfile.mkdtemp(prefix="strata-cluster-")
-    cl = Cluster(stratad, work)
-    ok = False
-    try:
+
+    def body(cl):
         log("nodes: %s" % ", ".join("%d client %d peer %d" % (n.id, n.cport, n.pport)
                                     for n in cl.nodes))
         t0 = time.time()
@@ -660,21 +690,11 @@ def main():
               "every node reports its loop lag: %s" % loops)
         check_links(cl)
         check_loop_lag(cl)
-        ok = True
         log("summary: writes acknowledged %d; client errors: %s; leader failover %.2f s; "
             "restarted node caught up in %.2f s; longest loop lag since the restart (d) "
             "%.1f ms" % (len(load.acked), errors_text(load), failover_s, catchup_s,
                          max(v["lag_max_ms"] for v in loops.values())))
-    except (Failure, botocore.exceptions.BotoCoreError,
-            botocore.exceptions.ClientError) as e:
-        log("FAIL: %s" % e)
-    finally:
-        cl.kill_all()
-        if not ok:
-            for n in cl.nodes:
-                sys.stderr.write("---- node %d log tail ----\n%s" % (n.id, n.tail()))
-        shutil.rmtree(work, ignore_errors=True)
-    return 0 if ok else 1
+    return run_on_cluster(sys.argv[1], "strata-cluster-", body)
 
 
 if __name__ == "__main__":
