@@ -409,6 +409,16 @@ static void group_fail(group *g, strata_code code, const char *why)
     transfer_end(g, ERR_UNAVAILABLE);
 }
 
+/* group_fail for a storage request refused at once: the line names the cause storage gave
+ * (a full disk, a failed log), not only the request. err may be NULL. */
+static void group_fail_refused(group *g, strata_code code, const char *what, const strata_err *err)
+{
+    char why[STRATA_ERR_MSG_MAX + 64];
+    snprintf(why, sizeof why, "%s: %s", what,
+             err != NULL && err->code != ERR_NONE ? err->msg : "no reason given");
+    group_fail(g, code, why);
+}
+
 static log_entry *log_at(group *g, uint64_t index)
 {
     if (index < g->log_first || index >= g->log_first + g->log_n)
@@ -812,7 +822,8 @@ static void persist_entries(group *g, struct raft_update *up)
     if (rc != 0) {
         *tail = NULL;
         free(r);
-        group_fail(g, err.code == ERR_NONE ? ERR_IO : err.code, "storage append refused");
+        group_fail_refused(g, err.code == ERR_NONE ? ERR_IO : err.code, "storage append refused",
+                           &err);
     }
 }
 
@@ -943,7 +954,7 @@ static void process_update(group *g, struct raft_update *up)
 
     if (up->flags & (RAFT_UPDATE_CURRENT_TERM | RAFT_UPDATE_VOTED_FOR)) {
         if (write_term_vote(g, &err) != 0) {
-            group_fail(g, ERR_IO, "storage refused term/vote");
+            group_fail_refused(g, ERR_IO, "storage refused term/vote", &err);
             return;
         }
     }
@@ -1602,7 +1613,7 @@ static int compact_at(group *g, uint64_t index, unsigned trailing, strata_err *e
     int rc = write_snap_point(g, &sp, snap_write_done, err);
     free(meta);
     if (rc != 0) {
-        group_fail(g, ERR_IO, "storage refused the snapshot point");
+        group_fail_refused(g, ERR_IO, "storage refused the snapshot point", err);
         return -1;
     }
     return 0;
@@ -1748,7 +1759,7 @@ static int install_adopt(group *g, uint64_t applied, strata_err *err)
     int rc = write_snap_point(g, &sp, install_persisted, &serr);
     free(meta);
     if (rc != 0) {
-        group_fail(g, ERR_IO, "storage refused the snapshot point");
+        group_fail_refused(g, ERR_IO, "storage refused the snapshot point", &serr);
         if (err != NULL)
             *err = serr;
         return -1;
@@ -2134,7 +2145,7 @@ static int start_group_in(raft_host *h, uint64_t group_id, const uint64_t *membe
         return strata_err_set(err, ERR_INTERNAL, "group %" PRIu64 " failed to start", group_id);
     /* Unconfirmed without a marked vote (it joined empty now): mark it before any entry. */
     if (g->unconfirmed && !vote_marked && !g->failed && write_term_vote(g, &lerr) != 0)
-        group_fail(g, ERR_IO, "storage refused term/vote");
+        group_fail_refused(g, ERR_IO, "storage refused term/vote", &lerr);
     return 0;
 }
 
@@ -2214,7 +2225,7 @@ static void snap_unmark(group *g)
     int rc = write_snap_point(g, &sp, snap_write_done, &err);
     free(meta);
     if (rc != 0)
-        group_fail(g, ERR_IO, "storage refused the snapshot point");
+        group_fail_refused(g, ERR_IO, "storage refused the snapshot point", &err);
     else
         g->snap_marked = false;
 }
@@ -2252,7 +2263,7 @@ static void confirm_check(group *g, uint64_t from, uint64_t term, uint64_t last,
     snap_unmark(g);
     strata_err err;
     if (!g->failed && write_term_vote(g, &err) != 0) /* the vote without the mark */
-        group_fail(g, ERR_IO, "storage refused term/vote");
+        group_fail_refused(g, ERR_IO, "storage refused term/vote", &err);
 }
 
 /* Steps a message the host makes up on behalf of `from` (from's id as its address, as
