@@ -677,6 +677,15 @@ bool router_storage_failed(const router *r, strata_err *why)
     return router_log_or_engine_failed(r->log, r->engine, why);
 }
 
+size_t router_hand_off(router *r, size_t *handed)
+{
+    if (r->cl != NULL)
+        return rcluster_hand_off(r->cl, handed);
+    if (handed != NULL)
+        *handed = 0;
+    return 0;
+}
+
 int router_node_state(router *r, uint64_t node, const char *state, router_cb cb, void *ctx,
                       strata_err *err)
 {

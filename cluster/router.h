@@ -261,6 +261,19 @@ bool router_ready(const router *r);
  * node can no longer keep its replicas. `why` receives the first error. */
 bool router_storage_failed(const router *r, strata_err *why);
 
+/* Graceful stop, before router_close (stratad on SIGTERM). In a cluster, hands the
+ * leadership of every Raft group this node leads (its partitions, the meta group) to a
+ * voter on another connected node, the most caught up, and from then on leader balancing
+ * never hands one back: the node's stop then costs no election timeout (a second or two
+ * in which its partitions refuse writes and the router retries them). Call it again until
+ * it returns 0 or the caller's deadline passes: each call starts the transfers not yet
+ * started (again for one the core gave up) and returns the number of groups being handed
+ * over: still led here, or whose new leader has not been heard from yet. A group with no
+ * voter to take it (the others are down) is left: its followers elect once the node is
+ * gone. *handed (may be NULL) receives the number of groups this node led since the
+ * hand-off began that another node is now known to lead. 0 at once on one node. */
+size_t router_hand_off(router *r, size_t *handed);
+
 /* Appends the node's view of the cluster as a JSON object (GET /admin/cluster):
  * {"node_id", "ready", "meta_leader", "nodes": [...], "partitions": [...]}; see the
  * README's Cluster section. On one node: {"node_id":0,"ready":true,"mode":"single"}. */

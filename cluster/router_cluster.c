@@ -187,6 +187,7 @@ typedef struct lpart {
      * the lead and when (0: not leading), and when a failed transfer may be tried again. */
     uint64_t lead_term, lead_since, transfer_retry_at;
     unsigned transfer_failures;
+    bool handing_off; /* stopping: this node led it and is handing it over (rcluster_hand_off) */
     bool child;    /* created by a split: its log does not rebuild its state (compact_all) */
     /* Counting the range's items again (stats_recount), a batch per loop turn: an
      * iterator at the point it began, what it counted so far, and what the entries
@@ -410,6 +411,8 @@ struct rcluster {
     uv_idle_t recount; /* runs while a replica's stats are being counted again */
     bool kick_armed;
     bool closing;
+    bool handing_off;  /* stopping: leadership only leaves this node (rcluster_hand_off) */
+    bool meta_handing; /* ... and it led the meta group */
     buf scratch;
     capacity *cap; /* token buckets of the partitions this node serves (router.h) */
     pstats *heard;              /* partition statistics from their leaders (MSG_PART_STATS) */
@@ -3049,6 +3052,91 @@ static void start_transfer(rcluster *c, lpart *lp, uint64_t target, uint64_t now
             lp->id, target);
 }
 
+/*
+ * Graceful stop (router_hand_off). Every group led here goes to the voter on another
+ * connected node with the highest match index: a lagging target holds writes back until
+ * it matches (the core refuses new entries during a transfer), and the transfer gives up
+ * after an election timeout if it never does. Several transfers run at once, unlike
+ * leader balancing's one at a time: the node is leaving, and each partition's writes wait
+ * only for its own.
+ */
+/* The voters of `group` on other connected nodes, into out[] (cap entries); their count.
+ * None while a configuration change is pending (a transfer would be refused). */
+static size_t other_voters(rcluster *c, uint64_t group, uint64_t *out, size_t cap)
+{
+    raft_host_member m[META_MAX_MEMBERS + 2];
+    size_t n, k = 0;
+    bool pending;
+    if (raft_host_configuration(c->host, group, m, META_MAX_MEMBERS + 2, &n, &pending, NULL) != 0 ||
+        pending)
+        return 0;
+    for (size_t i = 0; i < n && i < META_MAX_MEMBERS + 2 && k < cap; i++)
+        if (m[i].id != c->self && m[i].voter && node_usable(c, m[i].id))
+            out[k++] = m[i].id;
+    return k;
+}
+
+static uint64_t hand_off_target(rcluster *c, uint64_t group)
+{
+    uint64_t v[META_MAX_MEMBERS + 2];
+    size_t n = other_voters(c, group, v, META_MAX_MEMBERS + 2);
+    uint64_t best = 0, best_match = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t match;
+        if (raft_host_member_match(c->host, group, v[i], &match, NULL) != 0)
+            continue;
+        if (best == 0 || match > best_match) {
+            best = v[i];
+            best_match = match;
+        }
+    }
+    return best;
+}
+
+/* 1 while `group`, led here since the hand-off began (*handing), is being handed over:
+ * led here still, or no longer but its new leader not yet heard from (it may not have won
+ * its election yet). 0 once another node is known to lead it (*handed counts it), or when
+ * nobody can take it: no voter of it on another connected node (when the whole cluster
+ * stops, the others go too). */
+static size_t hand_off_group(rcluster *c, uint64_t group, bool *handing, size_t *handed)
+{
+    if (!raft_host_is_leader(c->host, group)) {
+        uint64_t leader = raft_host_leader(c->host, group);
+        bool heard = leader != 0 && leader != c->self;
+        *handed += *handing && heard;
+        uint64_t v[META_MAX_MEMBERS + 2];
+        return *handing && !heard && other_voters(c, group, v, META_MAX_MEMBERS + 2) > 0;
+    }
+    *handing = true;
+    if (raft_host_transferee(c->host, group) != 0)
+        return 1;
+    uint64_t target = hand_off_target(c, group);
+    transfer_req *t = target != 0 ? malloc(sizeof *t) : NULL;
+    if (t == NULL)
+        return 0;
+    *t = (transfer_req){.c = c, .pid = group, .target = target};
+    strata_err err;
+    c->transfers++; /* before the call: its callback may fire inside it */
+    if (raft_host_transfer(c->host, group, target, on_transfer_done, t, &err) < 0) {
+        c->transfers--;
+        free(t);
+        return 0; /* a change in progress, say: its followers elect after the stop */
+    }
+    return 1;
+}
+
+size_t rcluster_hand_off(rcluster *c, size_t *handed)
+{
+    c->handing_off = true;
+    size_t n = 0;
+    size_t left = c->voter ? hand_off_group(c, META_GROUP, &c->meta_handing, &n) : 0;
+    for (size_t i = 0; i < c->n_parts; i++)
+        left += hand_off_group(c, c->parts[i].id, &c->parts[i].handing_off, &n);
+    if (handed != NULL)
+        *handed = n;
+    return left;
+}
+
 /* On partition leaders: leadership follows the map's leader hint (see above). */
 static void follow_map_leaders(rcluster *c)
 {
@@ -3067,7 +3155,8 @@ static void follow_map_leaders(rcluster *c)
             lp->transfer_failures = 0;
             lp->transfer_retry_at = 0;
         }
-        if (c->transfers > 0 || now - c->last_transfer < TRANSFER_GAP_MS || c->closing)
+        if (c->transfers > 0 || now - c->last_transfer < TRANSFER_GAP_MS || c->closing ||
+            c->handing_off)
             continue;
         uint64_t target = transfer_target(c, lp, now);
         if (target != 0)

@@ -22,13 +22,21 @@ typedef struct {
     http_server *http;
     uv_signal_t sigterm, sigint;
     uv_timer_t storage_check;
+    uv_timer_t hand_off;
+    uint64_t hand_off_start;
     router *r;
     bool replicated; /* cluster mode */
     bool stopping;
+    bool handed_off; /* the leadership of its groups has left the node, or the wait ended */
 } node;
 
 /* How often the node checks that its log and engine still work. */
 #define STORAGE_CHECK_MS 200
+/* A stopping node hands its leadership over (router_hand_off) before it goes: it looks
+ * every HAND_OFF_POLL_MS whether that is done, and waits at most HAND_OFF_MAX_MS (the core
+ * gives a transfer up after an election timeout, 1 s; the next call starts another). */
+#define HAND_OFF_POLL_MS 5
+#define HAND_OFF_MAX_MS  1500
 
 /* ItemCount / TableSizeBytes bookkeeping from a write's result. */
 static void result_stats(const uint8_t *result, size_t len, partition_stats *delta)
@@ -84,13 +92,42 @@ static void cluster_settings_fill(cluster_settings *cs, const stratad_config *cf
         cs->rc.memtable_bytes = (size_t)strtoull(mt, NULL, 10);
 }
 
+/* In a cluster the router's own handles (peer connections, Raft timers) keep the loop
+ * alive: stop it once the HTTP server is down and the leadership handed over;
+ * router_close finishes their work. */
+static void stop_when_done(node *n)
+{
+    if (n->http == NULL && n->handed_off)
+        uv_stop(n->loop);
+}
+
 static void on_http_stopped(void *data)
 {
     node *n = data;
     n->http = NULL;
-    /* In a cluster the router's own handles (peer connections, Raft timers) keep the loop
-     * alive: stop it here, router_close finishes their work. */
-    uv_stop(n->loop);
+    stop_when_done(n);
+}
+
+static void on_hand_off(uv_timer_t *t)
+{
+    node *n = t->data;
+    size_t handed;
+    size_t left = router_hand_off(n->r, &handed);
+    uint64_t waited = uv_now(n->loop) - n->hand_off_start;
+    if (left > 0 && waited < HAND_OFF_MAX_MS)
+        return;
+    uv_timer_stop(t);
+    if (handed > 0)
+        fprintf(stderr,
+                "stratad: handed the leadership of %zu Raft groups to other nodes in %llu ms\n",
+                handed, (unsigned long long)waited);
+    if (left > 0)
+        fprintf(stderr,
+                "stratad: %zu Raft groups not handed over in time: their followers elect a "
+                "leader once this node is gone\n",
+                left);
+    n->handed_off = true;
+    stop_when_done(n);
 }
 
 /*
@@ -130,6 +167,8 @@ static void on_signal(uv_signal_t *h, int signum)
     uv_signal_stop(&n->sigint);
     if (n->http != NULL)
         http_server_stop(n->http, on_http_stopped, n);
+    n->hand_off_start = uv_now(n->loop);
+    uv_timer_start(&n->hand_off, on_hand_off, 0, HAND_OFF_POLL_MS);
 }
 
 int main(int argc, char **argv)
@@ -223,6 +262,8 @@ int main(int argc, char **argv)
     n.storage_check.data = &n;
     uv_timer_start(&n.storage_check, on_storage_check, STORAGE_CHECK_MS, STORAGE_CHECK_MS);
     uv_unref((uv_handle_t *)&n.storage_check);
+    uv_timer_init(n.loop, &n.hand_off);
+    n.hand_off.data = &n;
 
     if (cfg.level >= LOG_INFO)
         fprintf(stderr, "stratad: data in %s, %d partitions per new table\n", cfg.data_dir,
@@ -238,6 +279,7 @@ int main(int argc, char **argv)
     uv_close((uv_handle_t *)&n.sigterm, NULL);
     uv_close((uv_handle_t *)&n.sigint, NULL);
     uv_close((uv_handle_t *)&n.storage_check, NULL);
+    uv_close((uv_handle_t *)&n.hand_off, NULL);
     router_close(r);
     api_server_free(api);
     uv_run(n.loop, UV_RUN_NOWAIT);

@@ -24,7 +24,11 @@ labels h1..h3) on free ports in a temporary directory, then checks:
     /admin/cluster "engine": flushes, compactions, write_stalls, paced_ms, memtables);
  f) CreateTable of different tables through the three nodes at once, round after round:
     every one succeeds (each node stamps the next free table id from its copy of the map;
-    the loser of a clash re-stamps and proposes again) and every table has its own id.
+    the loser of a clash re-stamps and proposes again) and every table has its own id;
+ g) the node leading the most partitions stops with SIGTERM while writers write through the
+    other two: it hands its leadership over first (its log says so), so the partitions it
+    led have leaders on the others the moment it has exited, no client write fails, every
+    acknowledged write reads back; it restarts and catches up.
 New table: every partition has a leader less than an election timeout (1 s) after
 CreateTable returns (the node the map names its leader campaigns at once).
 Leader balance: after the table is created, after the killed node restarted (c) and after
@@ -309,16 +313,18 @@ def part_a(cl):
 class Load:
     """Writers with distinct keys; each write is recorded as acknowledged or failed."""
 
-    def __init__(self, cl, threads_per_node=2):
+    def __init__(self, cl, threads_per_node=2, via=None):
+        """Writers through the nodes `via` (node ids; default all), threads_per_node each."""
         self.cl = cl
+        via = via or [n.id for n in cl.nodes]
         self.stop = threading.Event()
         self.lock = threading.Lock()
         self.acked = {}       # key -> value, acknowledged writes
         self.ack_times = []   # when each acknowledgement arrived
         self.errors = {}      # error class -> count
         self.bad = []         # errors that must never happen
-        self.threads = [threading.Thread(daemon=True, target=self.writer, args=(w, w % NODES + 1))
-                        for w in range(threads_per_node * NODES)]
+        self.threads = [threading.Thread(daemon=True, target=self.writer, args=(w, via[w % len(via)]))
+                        for w in range(threads_per_node * len(via))]
 
     def record_error(self, kind, detail=None):
         with self.lock:
@@ -666,6 +672,49 @@ def run_on_cluster(stratad, prefix, body, errors=()):
     return 0 if ok else 1
 
 
+def part_g(cl, phase_writes):
+    """SIGTERM to the node leading the most partitions, under writes through the others:
+    it hands its leadership over before it goes."""
+    ps = cl.partitions()
+    leads = {}
+    for p in ps:
+        leads.setdefault(cl.leader_of(p["id"]), []).append(p["id"])
+    victim = max((nid for nid in leads if nid is not None), key=lambda nid: len(leads[nid]))
+    led = leads[victim]
+    node = cl.node(victim)
+    load = Load(cl, via=[n.id for n in cl.nodes if n.id != victim])
+    load.start()
+    try:
+        poll(lambda: len(load.acked) >= phase_writes, 120,
+             "%d writes acknowledged before the stop" % phase_writes)
+        rc = node.stop()
+        check(rc == 0, "node %d exited with %d on SIGTERM (want 0)" % (victim, rc))
+        # One look, no waiting: before it exited, every partition it led had a new leader
+        # that had been heard from (without the hand-off: an election timeout from now).
+        after = {pid: cl.leader_of(pid, exclude=(victim,)) for pid in led}
+        check(all(after.values()), "the partitions node %d led have leaders on the other "
+              "nodes as soon as it has stopped: %s" % (victim, after))
+        with open(node.log_path, errors="replace") as f:
+            m = re.findall(r"handed the leadership of (\d+) Raft groups to other nodes in "
+                           r"(\d+) ms", f.read()[node.log_offset:])
+        check(m and int(m[-1][0]) >= len(led), "node %d logs handing over the leadership of "
+              "its %d partitions: %s" % (victim, len(led), m))
+        t = time.time()
+        poll(lambda: load.acks_since(t) >= phase_writes, 120,
+             "%d writes acknowledged after the stop" % phase_writes)
+    finally:
+        load.finish()
+    check(not load.errors, "client errors through the other nodes: %s" % errors_text(load))
+    read_back(cl, load.acked, [n.id for n in cl.live()])
+    log("g) node %d (leader of partitions %s) stopped with SIGTERM: handed %s Raft groups over "
+        "in %s ms, new leaders %s; %d writes through the others, no error" %
+        (victim, led, m[-1][0], m[-1][1], after, len(load.acked)))
+    cl.start([node])
+    poll(lambda: caught_up(cl, victim), CATCHUP_DEADLINE_S,
+         "node %d's replicas reach their leaders' commit_index" % victim, 0.2)
+    log("g) ok: node %d restarted and caught up" % victim)
+
+
 def main():
     # Small memtables: engines flush and logs compact within the test (part e).
     os.environ["STRATA_MEMTABLE_BYTES"] = "262144"
@@ -690,6 +739,7 @@ def main():
               "every node reports its loop lag: %s" % loops)
         check_links(cl)
         check_loop_lag(cl)
+        part_g(cl, phase_writes)  # last: node link counters restart with the node
         log("summary: writes acknowledged %d; client errors: %s; leader failover %.2f s; "
             "restarted node caught up in %.2f s; longest loop lag since the restart (d) "
             "%.1f ms" % (len(load.acked), errors_text(load), failover_s, catchup_s,

@@ -387,6 +387,19 @@ static void test_errors(void **state)
     assert_int_equal(oc.code, ERR_CORRUPT);
 }
 
+/* One node leads nothing: a graceful stop has nothing to hand over, and says so at once
+ * (stratad's SIGTERM path waits for router_hand_off to return 0). */
+static void test_hand_off_single(void **state)
+{
+    fixture *f = *state;
+    uint32_t tid;
+    create_table(f, &tid, "t3", 2);
+    size_t handed = 99;
+    assert_int_equal(router_hand_off(f->r, &handed), 0);
+    assert_int_equal(handed, 0);
+    assert_int_equal(router_hand_off(f->r, NULL), 0);
+}
+
 static void test_restart_clean(void **state)
 {
     fixture *f = *state;
@@ -567,6 +580,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_create_write_read, setup, teardown),
         cmocka_unit_test_setup_teardown(test_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_hand_off_single, setup, teardown),
         cmocka_unit_test_setup_teardown(test_restart_clean, setup, teardown),
         cmocka_unit_test_setup_teardown(test_crash_recovery, setup, teardown),
         cmocka_unit_test_setup_teardown(test_drop, setup, teardown),
