@@ -429,6 +429,31 @@ def fault_kill9(run, node, rng):
         down, back, len(copies), fo.describe())
 
 
+HANDED_RE = re.compile(r"handed the leadership of (\d+) Raft groups to other nodes in (\d+) ms")
+
+
+def fault_stop(run, node, rng):
+    # A graceful stop (SIGTERM): the node answers what it took, hands its leadership over
+    # (a cluster), closes its log and engine and exits 0; restarted after a while. What it
+    # acknowledged must survive, and its partitions change leader without waiting out an
+    # election timeout (the detail shows how soon the others report new leaders).
+    fo = Failover(run, node)
+    node.terminate()
+    node.wait_stopped()
+    stopped = time.monotonic() - fo.t0
+    handed = HANDED_RE.findall(node.log_since_start())
+    down = rng.uniform(0.2, 2.0) if run.cluster else rng.uniform(0.0, 1.0)
+    fo.hold(down)
+    run.healed()
+    node.start()
+    if not run.cluster:
+        return "stopped in %.2fs, down %.1fs, restarted" % (stopped, down)
+    back = wait_back(run, node)
+    return "stopped in %.2fs (%s), down %.1fs, restarted, ready and caught up in %.1fs%s" % (
+        stopped, "handed %s Raft groups over in %s ms" % handed[-1] if handed else
+        "led nothing", down, back, fo.describe())
+
+
 def compacted_past(run, marks):
     """Partitions (of marks: {pid: index}) whose leader compacted its log past the index."""
     return sorted(pid for pid, (nid, loc) in leader_views(run).items()
@@ -693,9 +718,9 @@ def sabotage_wipe(run, node, rng):
     return "restarted with an empty data directory"
 
 
-FAULTS = {"kill9": fault_kill9, "pause": fault_pause}
+FAULTS = {"kill9": fault_kill9, "pause": fault_pause, "stop": fault_stop}
 CLUSTER_FAULTS = {"kill9": fault_kill9, "kill9-lag": fault_kill9_lag, "pause": fault_pause,
-                  "drain-join": fault_drain_join}
+                  "stop": fault_stop, "drain-join": fault_drain_join}
 # Need a network namespace per node (--net netns): root only.
 NET_FAULTS = {"partition-az": fault_partition_az, "isolate-leader": fault_isolate_leader,
               "asymmetric": fault_asymmetric, "loss": fault_loss, "delay": fault_delay}
