@@ -3076,11 +3076,46 @@ static size_t other_voters(rcluster *c, uint64_t group, uint64_t *out, size_t ca
     return k;
 }
 
-static uint64_t hand_off_target(rcluster *c, uint64_t group)
+/* How many of this node's groups each other node leads or is being handed (as known
+ * here): hand-off targets are spread by it. */
+typedef struct {
+    uint64_t node;
+    size_t groups;
+} lead_count;
+
+typedef struct {
+    lead_count *v;
+    size_t n, cap;
+} lead_tally;
+
+static void tally_add(lead_tally *t, uint64_t node)
+{
+    for (size_t i = 0; i < t->n; i++)
+        if (t->v[i].node == node) {
+            t->v[i].groups++;
+            return;
+        }
+    if (t->n < t->cap)
+        t->v[t->n++] = (lead_count){node, 1};
+}
+
+static size_t tally_get(const lead_tally *t, uint64_t node)
+{
+    for (size_t i = 0; i < t->n; i++)
+        if (t->v[i].node == node)
+            return t->v[i].groups;
+    return 0;
+}
+
+/* The voter to hand `group` to: of those caught up (within TRANSFER_MAX_LAG entries, so
+ * writes hardly wait), the one leading fewest of this node's groups, so that a stopping
+ * node's partitions spread over the others rather than all landing on one; if none is
+ * caught up, the most caught up. 0 if none at all. */
+static uint64_t hand_off_target(rcluster *c, uint64_t group, lead_tally *tally)
 {
     uint64_t v[META_MAX_MEMBERS + 2];
     size_t n = other_voters(c, group, v, META_MAX_MEMBERS + 2);
-    uint64_t best = 0, best_match = 0;
+    uint64_t best = 0, best_match = 0, spread = 0;
     for (size_t i = 0; i < n; i++) {
         uint64_t match;
         if (raft_host_member_match(c->host, group, v[i], &match, NULL) != 0)
@@ -3089,8 +3124,14 @@ static uint64_t hand_off_target(rcluster *c, uint64_t group)
             best = v[i];
             best_match = match;
         }
+        if (raft_host_transfer_ready(c->host, group, v[i], TRANSFER_MAX_LAG, NULL) &&
+            (spread == 0 || tally_get(tally, v[i]) < tally_get(tally, spread)))
+            spread = v[i];
     }
-    return best;
+    uint64_t target = spread != 0 ? spread : best;
+    if (target != 0)
+        tally_add(tally, target);
+    return target;
 }
 
 /* 1 while `group`, led here since the hand-off began (*handing), is being handed over:
@@ -3098,7 +3139,8 @@ static uint64_t hand_off_target(rcluster *c, uint64_t group)
  * its election yet). 0 once another node is known to lead it (*handed counts it), or when
  * nobody can take it: no voter of it on another connected node (when the whole cluster
  * stops, the others go too). */
-static size_t hand_off_group(rcluster *c, uint64_t group, bool *handing, size_t *handed)
+static size_t hand_off_group(rcluster *c, uint64_t group, bool *handing, size_t *handed,
+                             lead_tally *tally)
 {
     if (!raft_host_is_leader(c->host, group)) {
         uint64_t leader = raft_host_leader(c->host, group);
@@ -3110,7 +3152,7 @@ static size_t hand_off_group(rcluster *c, uint64_t group, bool *handing, size_t 
     *handing = true;
     if (raft_host_transferee(c->host, group) != 0)
         return 1;
-    uint64_t target = hand_off_target(c, group);
+    uint64_t target = hand_off_target(c, group, tally);
     transfer_req *t = target != 0 ? malloc(sizeof *t) : NULL;
     if (t == NULL)
         return 0;
@@ -3128,10 +3170,22 @@ static size_t hand_off_group(rcluster *c, uint64_t group, bool *handing, size_t 
 size_t rcluster_hand_off(rcluster *c, size_t *handed)
 {
     c->handing_off = true;
+    /* Out of memory: no tally, the targets are then the most caught up. */
+    lead_tally tally = {.cap = c->n_parts + 1};
+    tally.v = malloc(tally.cap * sizeof *tally.v);
+    if (tally.v == NULL)
+        tally.cap = 0;
+    for (size_t i = 0; i < c->n_parts; i++) {
+        uint64_t to = raft_host_transferee(c->host, c->parts[i].id);
+        uint64_t leader = to != 0 ? to : raft_host_leader(c->host, c->parts[i].id);
+        if (leader != 0 && leader != c->self)
+            tally_add(&tally, leader);
+    }
     size_t n = 0;
-    size_t left = c->voter ? hand_off_group(c, META_GROUP, &c->meta_handing, &n) : 0;
+    size_t left = c->voter ? hand_off_group(c, META_GROUP, &c->meta_handing, &n, &tally) : 0;
     for (size_t i = 0; i < c->n_parts; i++)
-        left += hand_off_group(c, c->parts[i].id, &c->parts[i].handing_off, &n);
+        left += hand_off_group(c, c->parts[i].id, &c->parts[i].handing_off, &n, &tally);
+    free(tally.v);
     if (handed != NULL)
         *handed = n;
     return left;
