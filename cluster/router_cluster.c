@@ -3053,9 +3053,9 @@ static void start_transfer(rcluster *c, lpart *lp, uint64_t target, uint64_t now
 }
 
 /*
- * Graceful stop (router_hand_off). Every group led here goes to the voter on another
- * connected node with the highest match index: a lagging target holds writes back until
- * it matches (the core refuses new entries during a transfer), and the transfer gives up
+ * Graceful stop (router_hand_off). Every group led here goes to a caught-up voter on
+ * another connected node (hand_off_target): a lagging target holds writes back until it
+ * matches (the core refuses new entries during a transfer), and the transfer gives up
  * after an election timeout if it never does. Several transfers run at once, unlike
  * leader balancing's one at a time: the node is leaving, and each partition's writes wait
  * only for its own.
