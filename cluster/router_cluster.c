@@ -3033,18 +3033,28 @@ static uint64_t transfer_target(rcluster *c, const lpart *lp, uint64_t now)
     return nd->id;
 }
 
-static void start_transfer(rcluster *c, lpart *lp, uint64_t target, uint64_t now)
+/* Starts handing `group` to `target` (on_transfer_done ends it); -1 when it cannot start
+ * now (out of memory, or raft_host_transfer's rules: a change or transfer in progress). */
+static int transfer_begin(rcluster *c, uint64_t group, uint64_t target)
 {
     transfer_req *t = malloc(sizeof *t);
     if (t == NULL)
-        return;
-    *t = (transfer_req){.c = c, .pid = lp->id, .target = target};
+        return -1;
+    *t = (transfer_req){.c = c, .pid = group, .target = target};
     strata_err err;
     c->transfers++; /* before the call: its callback may fire inside it */
-    c->last_transfer = now;
-    if (raft_host_transfer(c->host, lp->id, target, on_transfer_done, t, &err) < 0) {
+    if (raft_host_transfer(c->host, group, target, on_transfer_done, t, &err) < 0) {
         c->transfers--;
         free(t);
+        return -1;
+    }
+    return 0;
+}
+
+static void start_transfer(rcluster *c, lpart *lp, uint64_t target, uint64_t now)
+{
+    c->last_transfer = now;
+    if (transfer_begin(c, lp->id, target) < 0) {
         lp->transfer_retry_at = now + TRANSFER_BACKOFF_MS;
         return;
     }
@@ -3153,18 +3163,8 @@ static size_t hand_off_group(rcluster *c, uint64_t group, bool *handing, size_t 
     if (raft_host_transferee(c->host, group) != 0)
         return 1;
     uint64_t target = hand_off_target(c, group, tally);
-    transfer_req *t = target != 0 ? malloc(sizeof *t) : NULL;
-    if (t == NULL)
-        return 0;
-    *t = (transfer_req){.c = c, .pid = group, .target = target};
-    strata_err err;
-    c->transfers++; /* before the call: its callback may fire inside it */
-    if (raft_host_transfer(c->host, group, target, on_transfer_done, t, &err) < 0) {
-        c->transfers--;
-        free(t);
-        return 0; /* a change in progress, say: its followers elect after the stop */
-    }
-    return 1;
+    /* No target, or a change in progress, say: its followers elect after the stop. */
+    return target != 0 && transfer_begin(c, group, target) == 0;
 }
 
 size_t rcluster_hand_off(rcluster *c, size_t *handed)
