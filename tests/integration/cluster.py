@@ -28,7 +28,9 @@ labels h1..h3) on free ports in a temporary directory, then checks:
  g) the node leading the most partitions stops with SIGTERM while writers write through the
     other two: it hands its leadership over first (its log says so), so the partitions it
     led have leaders on the others the moment it has exited, no client write fails, every
-    acknowledged write reads back; it restarts and catches up.
+    acknowledged write reads back; it restarts and catches up;
+ h) a node stopped with SIGTERM while the other two are frozen (SIGSTOP) waits for the
+    hand-off only its bounded time, logs the groups it could not hand over, exits 0.
 New table: every partition has a leader less than an election timeout (1 s) after
 CreateTable returns (the node the map names its leader campaigns at once).
 Leader balance: after the table is created, after the killed node restarted (c) and after
@@ -715,6 +717,33 @@ def part_g(cl, phase_writes):
     log("g) ok: node %d restarted and caught up" % victim)
 
 
+def part_h(cl):
+    """SIGTERM while both other nodes are frozen (SIGSTOP): no voter can take the lead, so
+    the node waits for the hand-off only its bounded time (1.5 s), says so, and exits 0."""
+    victim = max(cl.nodes, key=lambda n: sum(1 for p in cl.partitions()
+                                             if cl.leader_of(p["id"]) == n.id))
+    others = [n for n in cl.nodes if n is not victim]
+    for n in others:
+        n.proc.send_signal(signal.SIGSTOP)
+    try:
+        t0 = time.time()
+        rc = victim.stop()
+        took = time.time() - t0
+    finally:
+        for n in others:
+            n.proc.send_signal(signal.SIGCONT)
+    check(rc == 0, "node %d exited with %d on SIGTERM (want 0)" % (victim.id, rc))
+    with open(victim.log_path, errors="replace") as f:
+        late = re.findall(r"(\d+) Raft groups not handed over in time", f.read()[victim.log_offset:])
+    check(late, "node %d says which groups it could not hand over" % victim.id)
+    log("h) node %d, the others frozen: stopped in %.2f s, %s Raft groups not handed over" %
+        (victim.id, took, late[-1]))
+    cl.start([victim])
+    poll(lambda: caught_up(cl, victim.id), CATCHUP_DEADLINE_S,
+         "node %d's replicas reach their leaders' commit_index" % victim.id, 0.2)
+    log("h) ok: node %d restarted and caught up" % victim.id)
+
+
 def main():
     # Small memtables: engines flush and logs compact within the test (part e).
     os.environ["STRATA_MEMTABLE_BYTES"] = "262144"
@@ -740,6 +769,7 @@ def main():
         check_links(cl)
         check_loop_lag(cl)
         part_g(cl, phase_writes)  # last: node link counters restart with the node
+        part_h(cl)
         log("summary: writes acknowledged %d; client errors: %s; leader failover %.2f s; "
             "restarted node caught up in %.2f s; longest loop lag since the restart (d) "
             "%.1f ms" % (len(load.acked), errors_text(load), failover_s, catchup_s,
