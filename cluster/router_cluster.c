@@ -21,6 +21,8 @@
  *                     (cluster/pstats.h), every STATS_PUSH_MS        (fire and forget)
  *   MSG_CAP_DEMAND    the capacity units each table wanted on the sender over the last
  *                     second (cluster/capshare.h), every second      (fire and forget)
+ *   MSG_LEAVING       (empty) the sender is stopping: hand it no leadership, send it no
+ *                     eventual reads                                 (fire and forget)
  *   MSG_SNAP_CHUNK    varint partition | varint session | start key -> varint applied
  *                     index | u64be hash_lo | u64be hash_hi (the source's range) | u8 done |
  *                     varint next-key length | next key | (varint klen | key | varint vlen |
@@ -82,6 +84,7 @@ enum {
     MSG_GROUP_STATUS = 8,
     MSG_PART_STATS = 9,
     MSG_CAP_DEMAND = 10,
+    MSG_LEAVING = 11,
 };
 
 #define META_GROUP           0
@@ -304,6 +307,7 @@ typedef struct {
 typedef struct {
     uint64_t id;
     bool connected;
+    bool leaving; /* it said it is stopping (MSG_LEAVING); cleared when its connection goes */
     uint64_t down_since; /* meta leader: when it last saw the node unreachable, 0 if reachable */
 } peer_state;
 
@@ -633,6 +637,16 @@ static bool node_usable(const rcluster *c, uint64_t id)
         return true;
     const peer_state *p = peer_find(c, id);
     return p != NULL && p->connected;
+}
+
+/* A node that can take a partition's leadership or an eventual read: usable, and not
+ * stopping. A stopping node still leads what it has not handed over yet. */
+static bool node_staying(const rcluster *c, uint64_t id)
+{
+    if (id == c->self)
+        return !c->handing_off;
+    const peer_state *p = peer_find(c, id);
+    return p != NULL && p->connected && !p->leaving;
 }
 
 /* "retry:leader=N ..." -> N (0 when unknown); -1 if not a retry message. */
@@ -1240,7 +1254,7 @@ static uint64_t pick_replica(rcluster *c, const meta_partition *mp, unsigned att
     unsigned start = c->read_rr++;
     for (uint32_t k = 0; k < mp->n_members; k++) {
         const meta_replica *m = &mp->members[(start + attempt + k) % mp->n_members];
-        if (m->node != c->self && node_usable(c, m->node))
+        if (m->node != c->self && node_staying(c, m->node))
             return m->node;
     }
     return 0;
@@ -3026,7 +3040,7 @@ static uint64_t transfer_target(rcluster *c, const lpart *lp, uint64_t now)
         now - lp->lead_since < TRANSFER_SETTLE_MS || now < lp->transfer_retry_at)
         return 0;
     const meta_node *nd = meta_node_find(c->meta, mp->leader_hint);
-    if (nd == NULL || nd->state != META_NODE_ACTIVE || !node_usable(c, nd->id) ||
+    if (nd == NULL || nd->state != META_NODE_ACTIVE || !node_staying(c, nd->id) ||
         !partition_settled(c, lp, mp) ||
         !raft_host_transfer_ready(c->host, lp->id, nd->id, TRANSFER_MAX_LAG, NULL))
         return 0;
@@ -3070,8 +3084,9 @@ static void start_transfer(rcluster *c, lpart *lp, uint64_t target, uint64_t now
  * leader balancing's one at a time: the node is leaving, and each partition's writes wait
  * only for its own.
  */
-/* The voters of `group` on other connected nodes, into out[] (cap entries); their count.
- * None while a configuration change is pending (a transfer would be refused). */
+/* The voters of `group` on other connected nodes that are not stopping too, into out[]
+ * (cap entries); their count. None while a configuration change is pending (a transfer
+ * would be refused). */
 static size_t other_voters(rcluster *c, uint64_t group, uint64_t *out, size_t cap)
 {
     raft_host_member m[META_MAX_MEMBERS + 2];
@@ -3081,7 +3096,7 @@ static size_t other_voters(rcluster *c, uint64_t group, uint64_t *out, size_t ca
         pending)
         return 0;
     for (size_t i = 0; i < n && i < META_MAX_MEMBERS + 2 && k < cap; i++)
-        if (m[i].id != c->self && m[i].voter && node_usable(c, m[i].id))
+        if (m[i].id != c->self && m[i].voter && node_staying(c, m[i].id))
             out[k++] = m[i].id;
     return k;
 }
@@ -3147,8 +3162,8 @@ static uint64_t hand_off_target(rcluster *c, uint64_t group, lead_tally *tally)
 /* 1 while `group`, led here since the hand-off began (*handing), is being handed over:
  * led here still, or no longer but its new leader not yet heard from (it may not have won
  * its election yet). 0 once another node is known to lead it (*handed counts it), or when
- * nobody can take it: no voter of it on another connected node (when the whole cluster
- * stops, the others go too). */
+ * nobody can take it: no voter of it on another connected node that stays (when the whole
+ * cluster stops, the others go too). */
 static size_t hand_off_group(rcluster *c, uint64_t group, bool *handing, size_t *handed,
                              lead_tally *tally)
 {
@@ -3167,8 +3182,22 @@ static size_t hand_off_group(rcluster *c, uint64_t group, bool *handing, size_t 
     return target != 0 && transfer_begin(c, group, target) == 0;
 }
 
+/* Tells every peer this node is stopping, so that none hands it a leadership (when
+ * several nodes stop at once they would otherwise pass their groups among themselves
+ * until the hand-off's time ran out) or sends it eventual reads. */
+static void say_leaving(rcluster *c, uint64_t peer)
+{
+    strata_err err;
+    if (rpc_send(c->rpc, peer, MSG_LEAVING, NULL, 0, &err) < 0)
+        fprintf(stderr, "stratad: cannot tell node %" PRIu64 " this node is stopping: %s\n", peer,
+                err.msg);
+}
+
 size_t rcluster_hand_off(rcluster *c, size_t *handed)
 {
+    if (!c->handing_off)
+        for (size_t i = 0; i < c->n_peers; i++)
+            say_leaving(c, c->peers[i].id);
     c->handing_off = true;
     /* Out of memory: no tally, the targets are then the most caught up. */
     lead_tally tally = {.cap = c->n_parts + 1};
@@ -3780,6 +3809,12 @@ static void on_message(void *ctx, uint64_t peer, uint32_t type, const uint8_t *d
                     err.msg);
         return;
     }
+    if (type == MSG_LEAVING) {
+        peer_state *p = peer_find(c, peer);
+        if (p != NULL)
+            p->leaving = true;
+        return;
+    }
     if (type == MSG_CAP_DEMAND && !c->closing) {
         strata_err err;
         if (capshare_receive(c->shares, peer, data, len, now_ms(c), &err) < 0)
@@ -3802,8 +3837,14 @@ static void on_peer_state(void *ctx, uint64_t peer, bool connected)
 {
     rcluster *c = ctx;
     peer_state *p = peer_find(c, peer);
-    if (p != NULL)
-        p->connected = connected;
+    if (p == NULL)
+        return;
+    p->connected = connected;
+    /* A stopping peer says so again on its next connection; a restarted one does not. */
+    if (!connected)
+        p->leaving = false;
+    else if (c->handing_off)
+        say_leaving(c, peer); /* what went out on the broken connection may be lost */
 }
 
 /* ------------------------------------------------------------------ joining and the map */
@@ -5252,8 +5293,9 @@ void rcluster_status_json(rcluster *c, buf *out)
         size_t replicas = 0;
         for (size_t k = 0; k < meta_partition_count(c->meta); k++)
             replicas += meta_partition_has(meta_partition_at(c->meta, k), n->id, NULL);
-        buf_printf(out, ",\"connected\":%s,\"replicas\":%zu",
-                   node_usable(c, n->id) ? "true" : "false", replicas);
+        buf_printf(out, ",\"connected\":%s,\"stopping\":%s,\"replicas\":%zu",
+                   node_usable(c, n->id) ? "true" : "false",
+                   node_staying(c, n->id) || !node_usable(c, n->id) ? "false" : "true", replicas);
         link_stats_json(c, n->id, out);
         buf_put_u8(out, '}');
     }

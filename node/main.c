@@ -117,7 +117,8 @@ static void on_hand_off(uv_timer_t *t)
     if (left > 0 && waited < HAND_OFF_MAX_MS)
         return;
     uv_timer_stop(t);
-    if (handed > 0)
+    /* Also when none was handed (the others stopping too, say): how long the wait took. */
+    if (handed > 0 || n->replicated)
         fprintf(stderr,
                 "stratad: handed the leadership of %zu Raft groups to other nodes in %llu ms\n",
                 handed, (unsigned long long)waited);

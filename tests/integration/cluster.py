@@ -30,7 +30,10 @@ labels h1..h3) on free ports in a temporary directory, then checks:
     led have leaders on the others the moment it has exited, no client write fails, every
     acknowledged write reads back; it restarts and catches up;
  h) a node stopped with SIGTERM while the other two are frozen (SIGSTOP) waits for the
-    hand-off only its bounded time, logs the groups it could not hand over, exits 0.
+    hand-off only its bounded time, logs the groups it could not hand over, exits 0;
+ i) all three, holding every table of a) to f), stop with SIGTERM at once: each exits 0
+    and none hands leaderships to another that is stopping (no "not handed over in time"
+    or "did not move" in their logs).
 New table: every partition has a leader less than an election timeout (1 s) after
 CreateTable returns (the node the map names its leader campaigns at once).
 Leader balance: after the table is created, after the killed node restarted (c) and after
@@ -505,6 +508,11 @@ def stop_all(cl, deadline_s=60):
     return problems
 
 
+def log_since_start(node):
+    with open(node.log_path, errors="replace") as f:
+        return f.read()[node.log_offset:]
+
+
 def part_d(cl, load):
     # A node that does not stop cleanly is a failure, reported after the data check so
     # that one run says both.
@@ -696,9 +704,8 @@ def part_g(cl, phase_writes):
         after = {pid: cl.leader_of(pid, exclude=(victim,)) for pid in led}
         check(all(after.values()), "the partitions node %d led have leaders on the other "
               "nodes as soon as it has stopped: %s" % (victim, after))
-        with open(node.log_path, errors="replace") as f:
-            m = re.findall(r"handed the leadership of (\d+) Raft groups to other nodes in "
-                           r"(\d+) ms", f.read()[node.log_offset:])
+        m = re.findall(r"handed the leadership of (\d+) Raft groups to other nodes in "
+                       r"(\d+) ms", log_since_start(node))
         check(m and int(m[-1][0]) >= len(led), "node %d logs handing over the leadership of "
               "its %d partitions: %s" % (victim, len(led), m))
         t = time.time()
@@ -733,8 +740,7 @@ def part_h(cl):
         for n in others:
             n.proc.send_signal(signal.SIGCONT)
     check(rc == 0, "node %d exited with %d on SIGTERM (want 0)" % (victim.id, rc))
-    with open(victim.log_path, errors="replace") as f:
-        late = re.findall(r"(\d+) Raft groups not handed over in time", f.read()[victim.log_offset:])
+    late = re.findall(r"(\d+) Raft groups not handed over in time", log_since_start(victim))
     check(late, "node %d says which groups it could not hand over" % victim.id)
     log("h) node %d, the others frozen: stopped in %.2f s, %s Raft groups not handed over" %
         (victim.id, took, late[-1]))
@@ -742,6 +748,35 @@ def part_h(cl):
     poll(lambda: caught_up(cl, victim.id), CATCHUP_DEADLINE_S,
          "node %d's replicas reach their leaders' commit_index" % victim.id, 0.2)
     log("h) ok: node %d restarted and caught up" % victim.id)
+
+
+def part_i(cl):
+    """The whole cluster, holding the 13 tables of a) to f), stops with SIGTERM at once:
+    each node tells the others it is going, so none hands its groups to another that is
+    stopping too (they would pass them around until the hand-off's 1.5 s ran out, then
+    say which groups they could not hand over)."""
+    groups = len(cl.node(1).admin()["partitions"])
+    before = {n.id: len(log_since_start(n)) for n in cl.nodes}
+    t0 = time.time()
+    problems = stop_all(cl)
+    took = time.time() - t0
+    waits = {}
+    for n in cl.nodes:
+        text = log_since_start(n)[before[n.id]:]
+        late = re.findall(r"\d+ Raft groups not handed over in time", text)
+        moved = re.findall(r"partition \d+: leadership did not move to node \d+", text)
+        handed = re.findall(r"handed the leadership of \d+ Raft groups to other nodes in "
+                            r"(\d+) ms", text)
+        # A group handed to a stopping node that then cannot hand it on waits out an
+        # election timeout (the transfer's bound) at least: the node's wait shows it.
+        waits[n.id] = int(handed[-1]) if handed else None
+        if late or moved or waits[n.id] is None or waits[n.id] >= ELECTION_TIMEOUT_S * 1000:
+            problems.append("node %d, stopped with the others, handed leaderships to stopping "
+                            "nodes: %s, hand-off wait %s ms" % (n.id, (late + moved)[:3],
+                                                                 waits[n.id]))
+    check(not problems, "; ".join(problems))
+    log("i) ok: all 3 nodes, %d partitions, stopped with SIGTERM at once in %.2f s, hand-off "
+        "waits %s ms" % (groups, took, waits))
 
 
 def main():
@@ -770,6 +805,7 @@ def main():
         check_loop_lag(cl)
         part_g(cl, phase_writes)  # last: node link counters restart with the node
         part_h(cl)
+        part_i(cl)
         log("summary: writes acknowledged %d; client errors: %s; leader failover %.2f s; "
             "restarted node caught up in %.2f s; longest loop lag since the restart (d) "
             "%.1f ms" % (len(load.acked), errors_text(load), failover_s, catchup_s,
