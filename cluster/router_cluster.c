@@ -2455,11 +2455,20 @@ static bool next_config(const meta_partition *mp, const raft_host_member *cur, s
     return false;
 }
 
+typedef struct {
+    rcluster *c;
+    uint64_t pid;
+} config_change;
+
 static void on_config_changed(void *data, const raft_host_outcome *out)
 {
-    rcluster *c = data;
-    if (out->code != ERR_NONE && !c->closing)
-        fprintf(stderr, "stratad: a replica configuration change did not commit; retrying\n");
+    config_change *ch = data;
+    if (out->code != ERR_NONE && !ch->c->closing)
+        fprintf(stderr,
+                "stratad: partition %" PRIu64 ": configuration change (entry %" PRIu64
+                ") did not commit, leader now %" PRIu64 "; the leader retries\n",
+                ch->pid, out->index, out->leader_hint);
+    free(ch);
 }
 
 /* On partition leaders: Raft configurations follow the map. */
@@ -2477,7 +2486,12 @@ static void follow_map_configs(rcluster *c)
             pending || !next_config(mp, cur, n, next, &nn))
             continue;
         strata_err err;
-        if (raft_host_change(c->host, lp->id, next, nn, on_config_changed, c, &err) < 0) {
+        config_change *ch = malloc(sizeof *ch);
+        if (ch == NULL)
+            continue; /* next tick */
+        *ch = (config_change){c, lp->id};
+        if (raft_host_change(c->host, lp->id, next, nn, on_config_changed, ch, &err) < 0) {
+            free(ch);
             /* ERR_BUSY (a promoted replica has yet to hear of it) is retried every tick:
              * said once in a while, not ten times a second. */
             uint64_t now = uv_now(c->loop);

@@ -84,6 +84,10 @@ def poll(cond, deadline_s, interval=0.1):
 class Node:
     """One local stratad process on a fixed port and data directory (single-node mode)."""
 
+    # The run's clock (History.now), set once the history exists: every line a node
+    # writes is logged with the run time it was read at, to line it up with the faults.
+    clock = None
+
     def __init__(self, index, stratad, data_dir, log_path, port):
         self.index, self.stratad, self.data_dir = index, stratad, data_dir
         self.log_path, self.port, self.host = log_path, port, "127.0.0.1"
@@ -101,22 +105,22 @@ class Node:
         return START_TIMEOUT_S
 
     def start(self):
-        """Starts the process and waits for its serving line (both streams go to the log)."""
-        log = open(self.log_path, "a")
-        log.write("==== %s\n" % " ".join(self.command()))
-        log.flush()
-        self.log_offset = log.tell()
-        self.proc = subprocess.Popen(self.command(), stdout=subprocess.PIPE, stderr=log,
-                                     stdin=subprocess.DEVNULL, env=self.env(), text=True,
+        """Starts the process and waits for its serving line (both streams go to the log,
+        each line after the run time it was read at: "[  96.470] stratad: ...")."""
+        with open(self.log_path, "a") as log:
+            log.write("==== %s\n" % " ".join(self.command()))
+            self.log_offset = log.tell()
+        self.proc = subprocess.Popen(self.command(), stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     env=self.env(), text=True, errors="replace",
                                      preexec_fn=netns.die_with_runner)
-        log.close()
-        # Reads stdout in a thread so a silent stratad cannot block us past the deadline.
+        # Reads the output in a thread so a silent stratad cannot block us past the deadline.
         ready = threading.Event()
 
-        def watch(out=self.proc.stdout, path=self.log_path):
+        def watch(out=self.proc.stdout, path=self.log_path, clock=Node.clock):
             with open(path, "a") as f:
                 for line in out:
-                    f.write(line)
+                    f.write("[%8.3f] %s" % (clock(), line) if clock else line)
                     f.flush()
                     if re.match(r"stratad: serving on http://", line):
                         ready.set()
@@ -302,19 +306,30 @@ def wait_leaders(run):
                          % LEADERS_DEADLINE_S)
 
 
-def caught_up(run, node):
-    """True when each of node's replicas has applied what its leader had committed
-    just before (leaders are asked first, then the node)."""
+def lagging(run, node):
+    """{partition id: why} for each of node's replicas that has not applied what its
+    leader had committed just before (leaders are asked first, then the node); a node
+    that answers with no replica at all is lagging too."""
     led = leaders(run)
     mine = node.local_parts(workload.TABLE)
     if not mine:
-        return False
+        return {0: "no replica reported"}
+    behind = {}
     for pid, p in mine.items():
-        if pid not in led or p["local"].get("installing") or p["local"].get("failed"):
-            return False
-        if p["local"]["applied_index"] < led[pid][1]:
-            return False
-    return True
+        loc = p["local"]
+        if pid not in led:
+            behind[pid] = "no leader (%s, members %s)" % (loc.get("state"), p.get("members"))
+        elif loc.get("installing") or loc.get("failed"):
+            behind[pid] = "installing" if loc.get("installing") else "failed"
+        elif loc["applied_index"] < led[pid][1]:
+            behind[pid] = "applied %d < %d committed on leader %d (%s, members %s)" % (
+                loc["applied_index"], led[pid][1], led[pid][0], loc.get("state"),
+                p.get("members"))
+    return behind
+
+
+def caught_up(run, node):
+    return not lagging(run, node)
 
 
 def wait_back(run, node):
@@ -323,8 +338,8 @@ def wait_back(run, node):
     t0 = time.monotonic()
     wait_ready(run, node)
     if not poll(lambda: not node.alive() or caught_up(run, node), CATCHUP_DEADLINE_S, 0.1):
-        raise Misbehaved("node %d: replicas did not catch up with their leaders within %ds"
-                         % (node.index, CATCHUP_DEADLINE_S))
+        raise Misbehaved("node %d: replicas did not catch up with their leaders within %ds: %s"
+                         % (node.index, CATCHUP_DEADLINE_S, lagging(run, node)))
     run.check_alive()
     return time.monotonic() - t0
 
@@ -969,6 +984,21 @@ def available_kinds(args, run, net_why):
     return fns, notes
 
 
+def dump_admin(run, out_dir):
+    """Every live node's GET /admin/cluster into out_dir/admin-nI.json: the state a
+    misbehaviour left, for its diagnosis."""
+    for n in run.nodes:
+        if not isinstance(n, ClusterNode) or not n.alive():
+            continue
+        a = n.get("/admin/cluster")
+        if a is None:
+            continue
+        path = os.path.join(out_dir, "admin-n%d.json" % n.index)
+        with open(path, "w") as f:
+            json.dump(a, f, indent=1)
+        print("chaos: node %d's /admin/cluster in %s" % (n.index, path), flush=True)
+
+
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--stratad", required=True)
@@ -1014,6 +1044,7 @@ def main(argv):
 
     hist_path = os.path.join(out_dir, "history.jsonl")
     hist = workload.History(hist_path, time.monotonic())
+    Node.clock = hist.now
     run = Run(args, hist)
     run.out_dir = out_dir
     run.strata = args.strata or os.path.join(os.path.dirname(os.path.abspath(args.stratad)),
@@ -1080,6 +1111,7 @@ def main(argv):
             n.wait_stopped()
     except Misbehaved as e:
         print("chaos: stratad misbehaved: %s" % e, flush=True)
+        dump_admin(run, out_dir)
         status = 3
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # cleanup runs to its end
