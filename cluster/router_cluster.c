@@ -109,6 +109,7 @@ enum {
 #define SNAP_CHUNK_BYTES     (1u << 20)
 #define SNAP_SESSION_IDLE_MS 60000
 #define COMPACT_EVERY_MS     1000
+#define CHANGE_PENDING_SAY_MS 30000 /* a configuration change pending this long is said */
 #define COMPACT_MIN_ENTRIES  1024       /* compact once the engine holds this many more entries */
 /* Log entries a loop turn compacts away, over all groups: dropping an entry frees its
  * copy (about 1 us apiece on a large heap), and after the engine's first flush a node
@@ -191,6 +192,9 @@ typedef struct lpart {
     uint64_t lead_term, lead_since, transfer_retry_at;
     unsigned transfer_failures;
     bool handing_off; /* stopping: this node led it and is handing it over (rcluster_hand_off) */
+    /* Leader: since when a configuration change has been pending (0: none), and when
+     * that was last said (follow_map_configs). */
+    uint64_t change_pending_since, change_pending_said;
     bool child;    /* created by a split: its log does not rebuild its state (compact_all) */
     /* Counting the range's items again (stats_recount), a batch per loop turn: an
      * iterator at the point it began, what it counted so far, and what the entries
@@ -2471,6 +2475,28 @@ static void on_config_changed(void *data, const raft_host_outcome *out)
     free(ch);
 }
 
+/* A change that stays uncommitted holds every later one of its partition back (a move
+ * half done, a replica too few): said every CHANGE_PENDING_SAY_MS while it lasts. */
+static void change_pending_note(rcluster *c, lpart *lp)
+{
+    uint64_t now = now_ms(c);
+    if (lp->change_pending_since == 0) {
+        lp->change_pending_since = lp->change_pending_said = now;
+        return;
+    }
+    if (now - lp->change_pending_said < CHANGE_PENDING_SAY_MS)
+        return;
+    lp->change_pending_said = now;
+    raft_host_group_stats st;
+    if (raft_host_group_info(c->host, lp->id, &st, NULL) != 0)
+        return;
+    fprintf(stderr,
+            "stratad: partition %" PRIu64 ": a configuration change has been pending for %" PRIu64
+            " s (leader in term %" PRIu64 ", commit %" PRIu64 ", last %" PRIu64 ")\n",
+            lp->id, (now - lp->change_pending_since) / 1000, st.term, st.commit_index,
+            st.last_index);
+}
+
 /* On partition leaders: Raft configurations follow the map. */
 static void follow_map_configs(rcluster *c)
 {
@@ -2482,8 +2508,16 @@ static void follow_map_configs(rcluster *c)
         bool pending;
         if (mp == NULL || !raft_host_is_leader(c->host, lp->id) ||
             raft_host_configuration(c->host, lp->id, cur, META_MAX_MEMBERS + 2, &n, &pending,
-                                    NULL) < 0 ||
-            pending || !next_config(mp, cur, n, next, &nn))
+                                    NULL) < 0) {
+            lp->change_pending_since = 0;
+            continue;
+        }
+        if (pending) {
+            change_pending_note(c, lp);
+            continue;
+        }
+        lp->change_pending_since = 0;
+        if (!next_config(mp, cur, n, next, &nn))
             continue;
         strata_err err;
         config_change *ch = malloc(sizeof *ch);
