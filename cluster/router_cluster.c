@@ -109,7 +109,7 @@ enum {
 #define SNAP_CHUNK_BYTES     (1u << 20)
 #define SNAP_SESSION_IDLE_MS 60000
 #define COMPACT_EVERY_MS     1000
-#define CHANGE_PENDING_SAY_MS 30000 /* a configuration change pending this long is said */
+#define CHANGE_PENDING_SAY_MS 30000      /* a configuration change pending this long is said */
 #define COMPACT_MIN_ENTRIES  1024       /* compact once the engine holds this many more entries */
 /* Log entries a loop turn compacts away, over all groups: dropping an entry frees its
  * copy (about 1 us apiece on a large heap), and after the engine's first flush a node
