@@ -643,14 +643,21 @@ static bool node_usable(const rcluster *c, uint64_t id)
     return p != NULL && p->connected;
 }
 
+/* Whether a node is stopping: this one once its hand-off began, a peer once it said so
+ * (MSG_LEAVING). */
+static bool node_stopping(const rcluster *c, uint64_t id)
+{
+    if (id == c->self)
+        return c->handing_off;
+    const peer_state *p = peer_find(c, id);
+    return p != NULL && p->leaving;
+}
+
 /* A node that can take a partition's leadership or an eventual read: usable, and not
  * stopping. A stopping node still leads what it has not handed over yet. */
 static bool node_staying(const rcluster *c, uint64_t id)
 {
-    if (id == c->self)
-        return !c->handing_off;
-    const peer_state *p = peer_find(c, id);
-    return p != NULL && p->connected && !p->leaving;
+    return node_usable(c, id) && !node_stopping(c, id);
 }
 
 /* "retry:leader=N ..." -> N (0 when unknown); -1 if not a retry message. */
@@ -5343,7 +5350,7 @@ void rcluster_status_json(rcluster *c, buf *out)
             replicas += meta_partition_has(meta_partition_at(c->meta, k), n->id, NULL);
         buf_printf(out, ",\"connected\":%s,\"stopping\":%s,\"replicas\":%zu",
                    node_usable(c, n->id) ? "true" : "false",
-                   node_staying(c, n->id) || !node_usable(c, n->id) ? "false" : "true", replicas);
+                   node_stopping(c, n->id) ? "true" : "false", replicas);
         link_stats_json(c, n->id, out);
         buf_put_u8(out, '}');
     }
