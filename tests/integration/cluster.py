@@ -492,13 +492,15 @@ def part_c(cl, load, victim):
     return catchup_s
 
 
-def stop_all(cl, deadline_s=60):
-    """SIGTERM to every node; returns the problems (exit status not 0, still running)."""
-    for n in cl.nodes:
+def stop_all(cl, deadline_s=60, nodes=None):
+    """SIGTERM to every node (or those of `nodes`) at once; returns the problems (exit
+    status not 0, still running)."""
+    nodes = cl.nodes if nodes is None else nodes
+    for n in nodes:
         n.proc.send_signal(signal.SIGTERM)
     end = time.time() + deadline_s
     problems = []
-    for n in cl.nodes:
+    for n in nodes:
         try:
             rc = n.proc.wait(timeout=max(0.1, end - time.time()))
             if rc != 0:
@@ -778,13 +780,7 @@ def part_i(cl):
     rest = cl.live()
     marks = {n.id: len(log_since_start(n)) for n in rest}
     t0 = time.time()
-    for n in rest:
-        n.proc.send_signal(signal.SIGTERM)
-    problems = []
-    for n in rest:
-        rc = n.proc.wait(timeout=60)
-        if rc != 0:
-            problems.append("node %d exited with %d on SIGTERM (want 0)" % (n.id, rc))
+    problems = stop_all(cl, nodes=rest)
     took = time.time() - t0
     waits = {}
     for n in rest:
