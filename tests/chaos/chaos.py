@@ -707,6 +707,44 @@ def fault_drain_join(run, node, rng):
                                    n.index in counts), back))
 
 
+
+def fault_move_loss(run, node, rng):
+    # Replica moves over a lossy link: node's AZ mate is drained, so its replicas move to
+    # node (learner added, copied, promoted, source removed) while node loses packets each
+    # way for the first seconds of the moves. Every move must still finish once the link
+    # heals (a long run once saw a move stall after such a loss, its partition without a
+    # leader). Then the mate is activated again and the AZ must even out.
+    mate = next(n for n in run.nodes if n.az == node.az and n is not node)
+    via = next(n for n in run.nodes if n is not node and n is not mate)
+    pct = rng.uniform(20.0, 40.0)
+    hold = rng.uniform(3.0, 6.0)
+    before = replica_counts(run).get(mate.index, (None, None))[1]
+    fo = Failover(run, node, [node.index])
+    t0 = run.hist.now()
+    try:
+        run.net.loss([node.index], _others(run, [node.index]), pct)
+        strata_cli(run, via, "node", "drain", str(mate.index))
+        fo.hold(hold)
+    finally:
+        run.net.heal()
+        run.healed()
+    if not poll_alive(run, lambda: replica_counts(run).get(mate.index, (None, -1))[1] == 0,
+                      DRAIN_DEADLINE_S):
+        raise Misbehaved("node %d still holds replicas %ds after the drain began, %.0f%% loss "
+                         "on n%d for the first %.1fs (%s)" % (
+                             mate.index, DRAIN_DEADLINE_S, pct, node.index, hold,
+                             replica_counts(run)))
+    t1 = run.hist.now()
+    strata_cli(run, via, "node", "activate", str(mate.index))
+    if not poll_alive(run, lambda: spread(run, mate), SPREAD_DEADLINE_S):
+        raise Misbehaved("node %d: replicas not spread again %ds after activate (%s)"
+                         % (mate.index, SPREAD_DEADLINE_S, replica_counts(run)))
+    back = max(wait_back(run, node), wait_back(run, mate))
+    return ("n%d drained (%s replicas) toward n%d with %.0f%% loss each way between n%d and "
+            "%s for %.1fs: drained in %.1fs; activated, even again and caught up in %.1fs%s"
+            % (mate.index, before, node.index, pct, node.index,
+               _names(_others(run, [node.index])), hold, t1 - t0, back, fo.describe()))
+
 def _error_kinds(errs):
     out = {}
     for e in errs:
@@ -738,9 +776,10 @@ CLUSTER_FAULTS = {"kill9": fault_kill9, "kill9-lag": fault_kill9_lag, "pause": f
                   "stop": fault_stop, "drain-join": fault_drain_join}
 # Need a network namespace per node (--net netns): root only.
 NET_FAULTS = {"partition-az": fault_partition_az, "isolate-leader": fault_isolate_leader,
-              "asymmetric": fault_asymmetric, "loss": fault_loss, "delay": fault_delay}
+              "asymmetric": fault_asymmetric, "loss": fault_loss, "delay": fault_delay,
+              "move-loss": fault_move_loss}
 # Need two nodes in one AZ (--cluster 4 or more): the drained node's replicas go there.
-NEEDS_SHARED_AZ = {"drain-join"}
+NEEDS_SHARED_AZ = {"drain-join", "move-loss"}
 # Chosen only by name (--faults wipe), never by default; single node only.
 SABOTAGE = {"wipe": sabotage_wipe}
 
@@ -782,7 +821,8 @@ def pick_drainable(run, rng):
     return node, "shares az%d" % node.az
 
 
-PICKERS = {"isolate-leader": pick_leader, "drain-join": pick_drainable}
+PICKERS = {"isolate-leader": pick_leader, "drain-join": pick_drainable,
+           "move-loss": pick_drainable}
 
 
 class Run:
@@ -975,12 +1015,17 @@ def available_kinds(args, run, net_why):
     else:
         notes.append("network faults (%s) skipped: nodes on loopback (%s)"
                      % (", ".join(NET_FAULTS), net_why))
+    shared = [k for k in sorted(NEEDS_SHARED_AZ) if k in fns]
     if not any(n.az == m.az for n in run.nodes for m in run.nodes if n is not m):
-        del fns["drain-join"]
-        notes.append("drain-join skipped: no AZ has two nodes (--cluster 4 or more)")
+        for k in shared:
+            del fns[k]
+        notes.append("%s skipped: no AZ has two nodes (--cluster 4 or more)"
+                     % ", ".join(shared))
     elif not (run.strata and os.access(run.strata, os.X_OK)):
-        del fns["drain-join"]
-        notes.append("drain-join skipped: no strata CLI at %s (--strata)" % run.strata)
+        for k in shared:
+            del fns[k]
+        notes.append("%s skipped: no strata CLI at %s (--strata)"
+                     % (", ".join(shared), run.strata))
     return fns, notes
 
 
