@@ -16,7 +16,9 @@
  *                     u64be hash_hi (the range the caller expects the replica to serve) |
  *                     raw read request -> raw result
  *   MSG_GROUP_STATUS  varint partition -> u8 bits: caught up (for promoting a learner),
- *                     feeds a joiner a whole state (before an empty replica joins)
+ *                     feeds a joiner a whole state (before an empty replica joins), the
+ *                     caller is out of the leader's configuration (before it drops a
+ *                     replica the map took away)
  *   MSG_PART_STATS    item counts and sizes of the partitions the sender leads
  *                     (cluster/pstats.h), every STATS_PUSH_MS        (fire and forget)
  *   MSG_CAP_DEMAND    the capacity units each table wanted on the sender over the last
@@ -166,6 +168,8 @@ enum {
 #define STATUS_CAUGHT_UP  1   /* MSG_GROUP_STATUS answer bits */
 #define STATUS_FEEDS_WHOLE 2
 #define STATUS_HOLDS_WHOLE 4
+#define STATUS_RELEASED    8
+#define RELEASE_ASK_MS     500 /* a replica the map took away asks its leader this often */
 /* The result of a write whose key the partition no longer owns (a split moved it): not
  * applied, so the router sends it again to the partition that owns it now. 0xFF starts
  * no protobuf message (field 31, wire type 7), so no PartitionWriteResult looks like it. */
@@ -192,6 +196,10 @@ typedef struct lpart {
     uint64_t lead_term, lead_since, transfer_retry_at;
     unsigned transfer_failures;
     bool handing_off; /* stopping: this node led it and is handing it over (rcluster_hand_off) */
+    /* The map took the replica away: whether its leader said that the Raft configuration
+     * no longer counts this node (STATUS_RELEASED), and when it was last asked. */
+    bool released;
+    uint64_t release_asked_at;
     /* Leader: since when a configuration change has been pending (0: none), and when
      * that was last said (follow_map_configs). */
     uint64_t change_pending_since, change_pending_said;
@@ -221,6 +229,12 @@ typedef struct lpart {
     uint64_t load_at;
     uint64_t load;
 } lpart;
+
+/* A question to a partition's member whether this node's replica may go (ask_release). */
+typedef struct {
+    struct rcluster *c;
+    uint64_t pid;
+} release_probe;
 
 /* Raft messages for a child replica this node is about to start (cluster/held_msgs.h):
  * enough for a few splits at once; after 2 s the leader has sent again anyway. */
@@ -2742,22 +2756,62 @@ static bool replica_holds_whole(rcluster *c, uint64_t pid)
            (!lp->child || (st.snapshot_index >= 2 && st.first_index > 2));
 }
 
-/* MSG_GROUP_STATUS: varint partition -> u8 bits. STATUS_CAUGHT_UP: the replica follows a
- * known leader, is not copying a snapshot, and applied all it knows committed (promotion).
- * STATUS_FEEDS_WHOLE: replica_feeds_whole, STATUS_HOLDS_WHOLE: replica_holds_whole (an
- * empty replica's join, join_allowed). */
-static void serve_group_status(rcluster *c, const uint8_t *data, size_t len, rpc_responder *resp)
+/* Whether a learner here may become a voter: it is fresh (local_replica_fresh) and
+ * confirmed. An empty replica stays unconfirmed, neither voting nor campaigning, until its
+ * log reached a leader's commit index (raft_host.c, group.unconfirmed); its applied index
+ * says nothing of that, since a copy of the partition can put it past the log's end. A
+ * voter that cannot vote makes the group's majority out of fewer replicas: promoted too
+ * early under a lossy link, with the source of the move gone, two of four voters were
+ * left and the partition never elected a leader again. */
+static bool replica_promotable(const rcluster *c, uint64_t pid)
+{
+    raft_host_group_stats st;
+    return local_replica_fresh(c, pid, 0) && raft_host_group_info(c->host, pid, &st, NULL) == 0 &&
+           !st.unconfirmed;
+}
+
+/* Whether the configuration of `pid` this node holds is committed (no change pending)
+ * and leaves `node` out. */
+static bool config_leaves_out(const rcluster *c, uint64_t pid, uint64_t node)
+{
+    raft_host_member cur[META_MAX_MEMBERS + 2];
+    size_t n;
+    bool pending;
+    if (raft_host_configuration(c->host, pid, cur, META_MAX_MEMBERS + 2, &n, &pending, NULL) < 0 ||
+        pending || n > META_MAX_MEMBERS + 2)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (cur[i].id == node)
+            return false;
+    return true;
+}
+
+/* Whether `node` is out of the configuration of `pid` for good: this node leads the
+ * partition and its committed configuration leaves `node` out. */
+static bool node_released(const rcluster *c, uint64_t pid, uint64_t node)
+{
+    return node != 0 && raft_host_is_leader(c->host, pid) && config_leaves_out(c, pid, node);
+}
+
+/* MSG_GROUP_STATUS: varint partition -> u8 bits. STATUS_CAUGHT_UP: replica_promotable
+ * (promotion). STATUS_FEEDS_WHOLE: replica_feeds_whole, STATUS_HOLDS_WHOLE:
+ * replica_holds_whole (an empty replica's join, join_allowed). STATUS_RELEASED:
+ * node_released for the caller (it may drop a replica the map took away). */
+static void serve_group_status(rcluster *c, uint64_t peer, const uint8_t *data, size_t len,
+                               rpc_responder *resp)
 {
     rd r;
     rd_init(&r, data, len);
     uint64_t pid = rd_varint(&r);
     uint8_t bits = 0;
-    if (!r.failed && local_replica_fresh(c, pid, 0))
+    if (!r.failed && replica_promotable(c, pid))
         bits |= STATUS_CAUGHT_UP;
     if (!r.failed && replica_feeds_whole(c, pid))
         bits |= STATUS_FEEDS_WHOLE;
     if (!r.failed && replica_holds_whole(c, pid))
         bits |= STATUS_HOLDS_WHOLE;
+    if (!r.failed && node_released(c, pid, peer))
+        bits |= STATUS_RELEASED;
     rpc_respond(resp, &bits, 1, NULL);
 }
 
@@ -2863,7 +2917,7 @@ static bool start_move(rcluster *c, placement_move *moves, size_t n)
 static bool probe_learner(rcluster *c, const meta_partition *mp, uint64_t node)
 {
     if (node == c->self) {
-        if (!local_replica_fresh(c, mp->id, 0))
+        if (!replica_promotable(c, mp->id))
             return false;
         meta_cmd cmd = {.kind = META_CMD_PROMOTE,
                         .partition_id = mp->id,
@@ -3806,7 +3860,7 @@ static void on_request(void *ctx, uint64_t peer, uint32_t type, const uint8_t *d
         serve_snap_chunk(c, peer, data, len, resp);
         return;
     case MSG_GROUP_STATUS:
-        serve_group_status(c, data, len, resp);
+        serve_group_status(c, peer, data, len, resp);
         return;
     }
     rpc_respond_error(resp, ERR_UNKNOWN_OPERATION, "unknown request type");
@@ -4478,6 +4532,76 @@ static void splits_step(rcluster *c)
     }
 }
 
+/*
+ * Dropping a replica the map took away. The map changes first and the partition's leader
+ * then takes the replica out of the Raft configuration (follow_map_configs), which can
+ * wait: a promoted replica has yet to hear of its promotion, a lossy link, no leader for a
+ * while. Until then the configuration still counts the replica: stopped early, it leaves
+ * a majority to be made of fewer replicas, and a replica of the same partition added here
+ * again meanwhile starts empty and may not vote (seen under a lossy link: four voters, the
+ * new one unconfirmed, the old source emptied and added back, and no leader ever again).
+ * So a follower keeps its replica running, voting and acknowledging entries, until its
+ * own committed configuration leaves it out, or the partition's leader answers that its
+ * committed configuration does (STATUS_RELEASED; every member of the map is asked, every
+ * RELEASE_ASK_MS). A leader removes itself and steps down first (reconcile_groups).
+ */
+
+static void on_release_status(void *ctx, int status, const strata_err *err, const uint8_t *data,
+                              size_t len)
+{
+    rcluster *c = ((release_probe *)ctx)->c;
+    uint64_t pid = ((release_probe *)ctx)->pid;
+    (void)err;
+    free(ctx);
+    if (status != 0 || len != 1 || !(data[0] & STATUS_RELEASED) || c->closing)
+        return;
+    lpart *lp = lpart_find(c, pid);
+    const meta_partition *mp = meta_partition_find(c->meta, pid);
+    if (lp != NULL && mp != NULL && !meta_partition_has(mp, c->self, NULL)) {
+        lp->released = true;
+        kick(c);
+    }
+}
+
+static void ask_release(rcluster *c, lpart *lp, const meta_partition *mp)
+{
+    uint64_t now = now_ms(c);
+    if (lp->release_asked_at != 0 && now - lp->release_asked_at < RELEASE_ASK_MS)
+        return;
+    lp->release_asked_at = now;
+    buf b;
+    buf_init(&b, 0);
+    buf_put_varint(&b, lp->id);
+    for (uint32_t k = 0; k < mp->n_members && !b.failed; k++) {
+        uint64_t node = mp->members[k].node;
+        release_probe *p = malloc(sizeof *p);
+        strata_err err;
+        if (p == NULL)
+            break;
+        *p = (release_probe){.c = c, .pid = lp->id};
+        if (node == c->self || !node_usable(c, node) ||
+            rpc_call(c->rpc, node, MSG_GROUP_STATUS, b.data, b.len, ATTEMPT_DEADLINE_MS,
+                     on_release_status, p, &err) < 0)
+            free(p);
+    }
+    buf_free(&b);
+}
+
+/* Whether this node may stop and delete its replica `lp`, which the map no longer gives
+ * it (see "Dropping a replica the map took away"). */
+static bool replica_releasable(rcluster *c, lpart *lp, const meta_partition *mp)
+{
+    raft_host_group_stats st;
+    if (mp == NULL || lp->released) /* a dropped table's partitions go whole */
+        return true;
+    if (raft_host_group_info(c->host, lp->id, &st, NULL) < 0 || st.failed)
+        return true; /* it acknowledges nothing any more */
+    if (config_leaves_out(c, lp->id, c->self))
+        return true;
+    ask_release(c, lp, mp);
+    return false;
+}
+
 /* Starts the replicas the map gives this node and stops those it took away. */
 static void reconcile_groups(rcluster *c)
 {
@@ -4500,13 +4624,20 @@ static void reconcile_groups(rcluster *c)
          * an id the map has not handed out yet: not a dropped partition. */
         if ((mp != NULL && meta_partition_has(mp, c->self, NULL)) ||
             (mp == NULL && lp->id >= meta_next_partition_id(c->meta))) {
+            lp->released = false; /* the map gives it (back): ask again once it does not */
+            lp->release_asked_at = 0;
             i++;
             continue;
         }
         /* A leader moved away first takes itself out of the Raft configuration
          * (follow_map_configs) and steps down once that commits; stopping it before would
-         * leave the others a configuration that still counts it. */
+         * leave the others a configuration that still counts it. A follower waits for the
+         * same (replica_releasable). */
         if (mp != NULL && raft_host_is_leader(c->host, lp->id)) {
+            i++;
+            continue;
+        }
+        if (!replica_releasable(c, lp, mp)) {
             i++;
             continue;
         }

@@ -2661,6 +2661,7 @@ int raft_host_group_info(const raft_host *h, uint64_t group_id, raft_host_group_
     out->first_index = g->log_first;
     out->installing = g->installing;
     out->installs = g->installs;
+    out->unconfirmed = g->unconfirmed;
     out->term_vote_writes = g->tv_pending;
     out->queued_messages = 0;
     for (out_msg *m = g->out_head; m != NULL; m = m->next)

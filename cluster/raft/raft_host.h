@@ -283,6 +283,8 @@ typedef struct {
     uint64_t first_index; /* first entry still held in the log */
     bool installing;      /* an out-of-band snapshot copy is in progress */
     uint64_t installs;    /* snapshots installed since start */
+    bool unconfirmed;     /* joined empty and not yet confirmed by a leader's log: it neither
+                             votes nor campaigns (raft_host.c, group.unconfirmed) */
 } raft_host_group_stats;
 
 /* Creates a host. The config's interfaces must outlive it. ERR_VALIDATION, ERR_NOMEM. */

@@ -46,6 +46,12 @@
  *            and 50-350 ms later stop and drop the removed replica (log, engine state). Each
  *            step is read off the leader's configuration, so moves survive crashes, cuts and
  *            leader changes; a restarted joined replica comes back with join_group.
+ *   learner-says: (--learner-says, implies --moves) a learner is promoted on its own node's
+ *            word, as stratad's scheduler does (MSG_GROUP_STATUS, replica_promotable): it
+ *            follows a known leader, copies no snapshot, applied all it knows committed, and
+ *            is confirmed. Without "confirmed" (--inject early-promote, stratad before
+ *            issue #6's fix) a copy that put the applied index past the log's end promotes a
+ *            replica that cannot vote yet, and seed 905 ends without a leader.
  *   rejoin:  (--rejoin, implies --moves) as stratad when a drained node is re-activated: a
  *            replica dropped by a move 5-35 ms after its removal is moved straight back to
  *            the node it left, which joins empty; compaction points are 4 times sparser, so
@@ -132,10 +138,13 @@
  *      replica of a group has the same range, and the ranges of all groups tile the hash
  *      space (no gap, no overlap). Check 2 compares commands (also MOVED ones and SPLIT
  *      entries), check 4 also the ranges and key versions.
- * `--inject stale-read|lying-disk|bad-copy|split-no-flush` plants a bug (reads without a
- * barrier, an fsync that lies, an engine snapshot missing its last write, a child started
- * from the parent's last durable state instead of its state at the split: no flush) that
- * the checks must catch.
+ * `--inject stale-read|lying-disk|bad-copy|split-no-flush|early-promote|early-drop` plants a
+ * bug (reads without a barrier, an fsync that lies, an engine snapshot missing its last
+ * write, a child started from the parent's last durable state instead of its state at the
+ * split: no flush; a learner promoted before it is confirmed, with --learner-says; a moved
+ * replica dropped as soon as its removal is decided rather than once a committed
+ * configuration leaves it out, as stratad did when the map took it away) that the checks
+ * must catch.
  */
 #include <inttypes.h>
 #include <stdarg.h>
@@ -170,12 +179,21 @@
 _Static_assert(2 * MAX_GROUPS <= 64, "check 9 keeps two bits per group in a uint64_t");
 
 /* Deliberate bugs for `--inject`: each must make the checks fail on some seed. */
-enum { INJECT_NONE, INJECT_STALE_READ, INJECT_LYING_DISK, INJECT_BAD_COPY, INJECT_SPLIT_NO_FLUSH };
+enum {
+    INJECT_NONE,
+    INJECT_STALE_READ,
+    INJECT_LYING_DISK,
+    INJECT_BAD_COPY,
+    INJECT_SPLIT_NO_FLUSH,
+    INJECT_EARLY_PROMOTE,
+    INJECT_EARLY_DROP
+};
 static int g_inject;
 static bool g_wild_net;
 static bool g_moves;
 static bool g_transfers;
 static bool g_rejoin;
+static bool g_learner_says;
 static bool g_splits;
 static bool g_as_stratad;
 
@@ -371,6 +389,7 @@ typedef struct {
     uint64_t drop_at;
     bool inflight; /* a raft_host_change callback is outstanding */
     uint64_t inflight_since;
+    bool dropped_early; /* --inject early-drop: `from` was dropped before its removal */
 } mover;
 
 /* An out-of-band snapshot copy (fsm.install): the destination pulls the source's engine
@@ -459,6 +478,7 @@ typedef struct sim {
     int inject; /* deliberate bug, to show the checks can fail (INJECT_*) */
     bool moves;
     bool rejoin; /* --rejoin: a removed replica's node gets it back right after the drop */
+    bool learner_says; /* --learner-says: promote on the learner's own word, as stratad */
     int nvoters; /* voters per group (the initial members are nodes 1..nvoters) */
     mover mv;
     uint64_t leader_term[MAX_GROUPS]; /* the highest term the mover has seen a leader in */
@@ -1820,6 +1840,25 @@ static void move_start(sim *s, int back_g, int back)
         fail(s, "node %d group %d: join: %s", mv->to, g, err.msg);
 }
 
+/* --learner-says: stratad's rule for promoting a learner (router_cluster.c,
+ * replica_promotable, asked by rpc there): its own node says the replica follows a known
+ * leader, copies no snapshot, applied all it knows committed, and is confirmed (an empty
+ * replica neither votes nor campaigns until its log reached a leader's commit index).
+ * A copy of the partition can put the applied index past the log's end, so "applied all
+ * it knows committed" alone can promote a replica that cannot vote: --inject
+ * early-promote leaves out "confirmed", as stratad did before. */
+static bool learner_says_caught_up(sim *s, int to, int g)
+{
+    node *nd = &s->nodes[to];
+    raft_host_group_stats st;
+    if (!nd->up || nd->paused_until > s->now ||
+        raft_host_group_info(nd->host, (uint64_t)g, &st, NULL) != 0)
+        return false;
+    return !st.failed && !st.installing && st.leader != 0 && st.commit_index > 0 &&
+           st.applied_index >= st.commit_index &&
+           (!st.unconfirmed || s->inject == INJECT_EARLY_PROMOTE);
+}
+
 /* One step of the current move, decided from the leader's latest configuration. */
 static void move_step(sim *s)
 {
@@ -1831,7 +1870,8 @@ static void move_step(sim *s)
     }
     if (mv->phase == MV_DROP) {
         if (s->now >= mv->drop_at) {
-            drop_replica(s, &s->nodes[mv->from], mv->group);
+            if (!mv->dropped_early)
+                drop_replica(s, &s->nodes[mv->from], mv->group);
             mv->phase = MV_IDLE;
             s->moves_done++;
             /* --rejoin: the node that just lost the replica gets it back at once (a drained
@@ -1869,9 +1909,11 @@ static void move_step(sim *s)
     if (mv->phase == MV_CATCH_UP) {
         raft_host_group_stats st;
         uint64_t match = 0;
-        if (raft_host_group_info(h, (uint64_t)mv->group, &st, NULL) == 0 &&
-            raft_host_member_match(h, (uint64_t)mv->group, to, &match, NULL) == 0 &&
-            match >= st.commit_index)
+        if (s->learner_says
+                ? learner_says_caught_up(s, mv->to, mv->group)
+                : raft_host_group_info(h, (uint64_t)mv->group, &st, NULL) == 0 &&
+                      raft_host_member_match(h, (uint64_t)mv->group, to, &match, NULL) == 0 &&
+                      match >= st.commit_index)
             mv->phase = MV_PROMOTE;
         else
             return;
@@ -1899,6 +1941,13 @@ static void move_step(sim *s)
                 m[k++] = m[i];
         s->self_removals += l == mv->from && !mv->inflight;
         move_propose(s, l, m, k);
+        /* --inject early-drop: the replica goes as soon as its removal is decided (as
+         * stratad dropped a replica once the map no longer gave it to the node), not once
+         * a committed configuration leaves it out; the removal itself goes on as before. */
+        if (s->inject == INJECT_EARLY_DROP && l != mv->from && !mv->dropped_early) {
+            drop_replica(s, &s->nodes[mv->from], mv->group);
+            mv->dropped_early = true;
+        }
     }
 }
 
@@ -2536,6 +2585,7 @@ static bool run_seed(uint64_t seed, int nodes_opt, bool verbose)
         s->rng.s[i] = splitmix64(&x);
     s->moves = g_moves || g_rejoin;
     s->rejoin = g_rejoin;
+    s->learner_says = g_learner_says;
     s->nvoters = nodes_opt ? nodes_opt : (seed % 4 == 3 ? 5 : 3);
     s->nnodes = s->nvoters + (s->moves ? 1 : 0); /* a spare node for replicas to move to */
     s->ngroups = 1 + (int)rnd(&s->rng, INIT_GROUPS);
@@ -2679,8 +2729,10 @@ static bool run_seed(uint64_t seed, int nodes_opt, bool verbose)
 static void usage(void)
 {
     fprintf(stderr,
-            "usage: sim (--seed N | --seeds A-B) [--nodes 3|5] [--moves] [--rejoin] [--transfers] "
-            "[--splits [--as-stratad]] [--inject stale-read|lying-disk|bad-copy|split-no-flush] [-v]\n");
+            "usage: sim (--seed N | --seeds A-B) [--nodes 3|5] [--moves] [--rejoin] "
+            "[--learner-says] [--transfers] [--splits [--as-stratad]] "
+            "[--inject stale-read|lying-disk|bad-copy|split-no-flush|early-promote|early-drop] "
+            "[-v]\n");
     exit(2);
 }
 
@@ -2710,6 +2762,10 @@ int main(int argc, char **argv)
                 g_inject = INJECT_BAD_COPY;
             else if (strcmp(argv[i], "split-no-flush") == 0)
                 g_inject = INJECT_SPLIT_NO_FLUSH;
+            else if (strcmp(argv[i], "early-promote") == 0)
+                g_inject = INJECT_EARLY_PROMOTE;
+            else if (strcmp(argv[i], "early-drop") == 0)
+                g_inject = INJECT_EARLY_DROP;
             else
                 usage();
         } else if (strcmp(argv[i], "--wild-net") == 0) {
@@ -2718,6 +2774,8 @@ int main(int argc, char **argv)
             g_moves = true;
         } else if (strcmp(argv[i], "--rejoin") == 0) {
             g_rejoin = true;
+        } else if (strcmp(argv[i], "--learner-says") == 0) {
+            g_learner_says = g_moves = true;
         } else if (strcmp(argv[i], "--transfers") == 0) {
             g_transfers = true;
         } else if (strcmp(argv[i], "--splits") == 0) {
