@@ -1337,8 +1337,10 @@ static void read_attempt(op *o)
     uint64_t min_index = seen_get(c, o->pid);
     if (o->rekey && !strong && read_via_parent(o, mp, min_index))
         return;
-    if (!strong && local_replica_fresh(c, o->pid, min_index) &&
-        op_fits(o, &lpart_find(c, o->pid)->desc)) {
+    /* (Not a replica the map took away, which runs on until Raft leaves it out: it may
+     * have stopped hearing from the leader a moment ago without knowing yet.) */
+    if (!strong && meta_partition_has(mp, c->self, NULL) &&
+        local_replica_fresh(c, o->pid, min_index) && op_fits(o, &lpart_find(c, o->pid)->desc)) {
         read_local(o, lpart_find(c, o->pid));
         return;
     }
