@@ -721,9 +721,12 @@ def fault_move_loss(run, node, rng):
     before = replica_counts(run).get(mate.index, (None, None))[1]
     fo = Failover(run, node, [node.index])
     t0 = run.hist.now()
+    # The drain goes in first: under the loss the command itself could time out (503, its
+    # outcome unknown) when the meta leader is the target. The moves take longer than
+    # the command, so the loss still meets them.
+    strata_cli(run, via, "node", "drain", str(mate.index))
     try:
         run.net.loss([node.index], _others(run, [node.index]), pct)
-        strata_cli(run, via, "node", "drain", str(mate.index))
         fo.hold(hold)
     finally:
         run.net.heal()
