@@ -672,6 +672,23 @@ def spread(run, node):
         max(reps) - min(reps) <= 1 and sum(reps) == len(table_partitions(run))
 
 
+def _wait_drained(run, node, why=""):
+    """Polls until node holds no replica (DRAIN_DEADLINE_S); `why` goes in the failure."""
+    if not poll_alive(run, lambda: replica_counts(run).get(node.index, (None, -1))[1] == 0,
+                      DRAIN_DEADLINE_S):
+        raise Misbehaved("node %d still holds replicas %ds after the drain began%s (%s)"
+                         % (node.index, DRAIN_DEADLINE_S, why, replica_counts(run)))
+
+
+def _activate_and_spread(run, via, node):
+    """strata node activate through via, then polls until node's AZ is even again
+    (SPREAD_DEADLINE_S)."""
+    strata_cli(run, via, "node", "activate", str(node.index))
+    if not poll_alive(run, lambda: spread(run, node), SPREAD_DEADLINE_S):
+        raise Misbehaved("node %d: replicas not spread again %ds after activate (%s)"
+                         % (node.index, SPREAD_DEADLINE_S, replica_counts(run)))
+
+
 def fault_drain_join(run, node, rng):
     # node shares its AZ with another node (pick_drainable), so its replicas have
     # somewhere to go without breaking the one-replica-per-AZ rule. Drain through
@@ -682,17 +699,11 @@ def fault_drain_join(run, node, rng):
     before = replica_counts(run).get(node.index, (None, None))[1]
     t0 = run.hist.now()
     strata_cli(run, via, "node", "drain", str(node.index))
-    if not poll_alive(run, lambda: replica_counts(run).get(node.index, (None, -1))[1] == 0,
-                      DRAIN_DEADLINE_S):
-        raise Misbehaved("node %d still holds replicas %ds after the drain began (%s)"
-                         % (node.index, DRAIN_DEADLINE_S, replica_counts(run)))
+    _wait_drained(run, node)
     t1 = run.hist.now()
     errs = run.hist.errors_between(t0, t1)
     run.healed()
-    strata_cli(run, via, "node", "activate", str(node.index))
-    if not poll_alive(run, lambda: spread(run, node), SPREAD_DEADLINE_S):
-        raise Misbehaved("node %d: replicas not spread again %ds after activate (%s)"
-                         % (node.index, SPREAD_DEADLINE_S, replica_counts(run)))
+    _activate_and_spread(run, via, node)
     t2 = run.hist.now()
     back = wait_back(run, node)
     counts = replica_counts(run)
@@ -705,7 +716,6 @@ def fault_drain_join(run, node, rng):
                 t2 - t1, ", ".join("n%d %s" % (n.index, counts[n.index][1])
                                    for n in run.nodes if n.az == node.az and
                                    n.index in counts), back))
-
 
 
 def fault_move_loss(run, node, rng):
@@ -731,22 +741,16 @@ def fault_move_loss(run, node, rng):
     finally:
         run.net.heal()
         run.healed()
-    if not poll_alive(run, lambda: replica_counts(run).get(mate.index, (None, -1))[1] == 0,
-                      DRAIN_DEADLINE_S):
-        raise Misbehaved("node %d still holds replicas %ds after the drain began, %.0f%% loss "
-                         "on n%d for the first %.1fs (%s)" % (
-                             mate.index, DRAIN_DEADLINE_S, pct, node.index, hold,
-                             replica_counts(run)))
+    _wait_drained(run, mate, ", %.0f%% loss on n%d for the first %.1fs" % (
+        pct, node.index, hold))
     t1 = run.hist.now()
-    strata_cli(run, via, "node", "activate", str(mate.index))
-    if not poll_alive(run, lambda: spread(run, mate), SPREAD_DEADLINE_S):
-        raise Misbehaved("node %d: replicas not spread again %ds after activate (%s)"
-                         % (mate.index, SPREAD_DEADLINE_S, replica_counts(run)))
+    _activate_and_spread(run, via, mate)
     back = max(wait_back(run, node), wait_back(run, mate))
     return ("n%d drained (%s replicas) toward n%d with %.0f%% loss each way between n%d and "
             "%s for %.1fs: drained in %.1fs; activated, even again and caught up in %.1fs%s"
             % (mate.index, before, node.index, pct, node.index,
                _names(_others(run, [node.index])), hold, t1 - t0, back, fo.describe()))
+
 
 def _error_kinds(errs):
     out = {}
