@@ -7,7 +7,8 @@ Usage: membership.py STRATAD STRATA
     replica counts are even (the two az1 nodes end with 4 each).
  3. `strata node drain 1` while writers run through every node: node 1 ends with no
     replica, clients see no error (boto3 with its standard retries), every acknowledged
-    write reads back strongly, every partition has a leader.
+    write reads back strongly, every partition has a leader, and node 1 drops its local
+    replicas (each once the Raft configuration leaves it out, GET /admin/digests).
  4. `strata node activate 1`: node 1 gets its share of replicas back (the engine of node 1
     flushes often, STRATA_MEMTABLE_BYTES, so its old replicas had durable indexes): the
     new replicas agree with the others (digests), then node 1 drains again.
@@ -258,6 +259,14 @@ def main():
         assert not lost, "%d acknowledged writes lost, e.g. %s" % (len(lost), lost[:5])
         log("drain: node 1 emptied in %.1f s under load; %d writes acknowledged, 0 errors, "
             "0 lost" % (drain_s, len(acked)))
+        # A replica the map took away runs on until the Raft configuration leaves it out,
+        # then goes (its leader answers STATUS_RELEASED, or its own configuration says so):
+        # node 1 must end with none, or drained nodes would keep every replica for ever.
+        t0 = time.time()
+        poll(lambda: (nodes[0].admin("/admin/digests") or {}).get("replicas") == [],
+             "node 1 drops the replicas it no longer holds in the map")
+        log("drain: node 1 dropped its last replica %.1f s after the map emptied it"
+            % (time.time() - t0))
 
         leaders_even(nodes, [2, 3, 4], "after node 1 drained")
         # Back again: the replicas it gets now must be copies of the current state, never
