@@ -89,7 +89,7 @@
  *            gives a listed node that never applied the entry (its parent was copied past
  *            it, or removed and dropped by a move) the child, which it joins with the map's
  *            range once no local replica overlaps it, as stratad's start_replica does.
- *            stratad as it is fails here (see --as-stratad): such a joiner, and a replica a
+ *            stratad before (a) and (b) failed here (--as-stratad): such a joiner, and a replica a
  *            move adds to a child, is sent the child's log from index 1 whenever the leader
  *            has not compacted it whole yet (a child without writes may never be), and
  *            rebuilds the child on EMPTY data; and stratad compacts a child at the host's
@@ -144,7 +144,8 @@
  * split: no flush; a learner promoted before it is confirmed, with --learner-says; a moved
  * replica dropped as soon as its removal is decided rather than once a committed
  * configuration leaves it out, as stratad did when the map took it away) that the checks
- * must catch.
+ * must catch. `--expect-fail 'A|B'` inverts the verdict for such runs: exit 0 only if some
+ * seed failed and every failure's message contains A or B (the checks meant to catch it).
  */
 #include <inttypes.h>
 #include <stdarg.h>
@@ -196,6 +197,13 @@ static bool g_rejoin;
 static bool g_learner_says;
 static bool g_splits;
 static bool g_as_stratad;
+/* --expect-fail "A|B": the run must fail, and every failure's message must contain one of
+ * these substrings. A planted bug must be caught by the check meant for it: a run that
+ * fails some other way (another check, a crash of the simulator) is not that catch. */
+#define MAX_EXPECT 8
+static const char *g_expect[MAX_EXPECT];
+static int g_nexpect;
+static uint64_t g_unexpected; /* failures whose message matched no g_expect entry */
 
 /* ---- PRNG: splitmix64 seeding xoshiro256** ---- */
 
@@ -382,6 +390,7 @@ typedef struct {
  * until it caught up (raft_host_member_match), promote it, remove `from`, then (a little
  * later, so the removed replica lingers) stop and drop the replica on `from`. */
 enum { MV_IDLE, MV_ADD, MV_CATCH_UP, MV_PROMOTE, MV_REMOVE, MV_DROP };
+static const char *const mv_phase_name[] = {"idle", "add", "catch-up", "promote", "remove", "drop"};
 
 typedef struct {
     int phase;
@@ -486,7 +495,7 @@ typedef struct sim {
     uint64_t transfers_pending; /* started, callback not fired yet */
     /* --splits */
     bool splits;
-    bool as_stratad; /* model stratad as it is (see the header), not the fixes */
+    bool as_stratad; /* model stratad before fixes (a) and (b) of the header */
     int nkeys;
     uint64_t key_hash[NKEYS];
     range_rec map[MAX_GROUPS];
@@ -2303,8 +2312,8 @@ static void final_split_checks(sim *s)
 static void final_checks(sim *s)
 {
     if (s->mv.phase != MV_IDLE)
-        fail(s, "move of group %d from node %d to node %d stuck in phase %d", s->mv.group,
-             s->mv.from, s->mv.to, s->mv.phase);
+        fail(s, "move of group %d from node %d to node %d stuck in phase %s", s->mv.group,
+             s->mv.from, s->mv.to, mv_phase_name[s->mv.phase]);
     for (int g = 0; g < s->ngroups && !s->failed; g++) {
         int r = 1;
         if (s->splits && !s->map[g].created)
@@ -2573,6 +2582,25 @@ static void handle(sim *s, event *e)
     }
 }
 
+static bool expected_failure(const char *why)
+{
+    for (int i = 0; i < g_nexpect; i++)
+        if (strstr(why, g_expect[i]) != NULL)
+            return true;
+    return false;
+}
+
+/* Splits "A|B" (argv memory, modified in place) into g_expect; false if malformed. */
+static bool parse_expect(char *list)
+{
+    for (char *p = strtok(list, "|"); p != NULL; p = strtok(NULL, "|")) {
+        if (g_nexpect == MAX_EXPECT)
+            return false;
+        g_expect[g_nexpect++] = p;
+    }
+    return g_nexpect > 0;
+}
+
 static bool run_seed(uint64_t seed, int nodes_opt, bool verbose)
 {
     sim *s = xcalloc(1, sizeof *s);
@@ -2650,6 +2678,10 @@ static bool run_seed(uint64_t seed, int nodes_opt, bool verbose)
                 seed, s->nnodes, s->ngroups, s->now, s->why);
         print_trace(s);
         fprintf(stderr, "replay: sim --seed %" PRIu64 "\n", seed);
+        if (g_nexpect > 0 && !expected_failure(s->why)) {
+            g_unexpected++;
+            fprintf(stderr, "seed %" PRIu64 ": not one of the expected failures\n", seed);
+        }
     } else if (verbose) {
         printf("seed %" PRIu64 ": %d nodes, %d groups, %" PRIu64 " events, %" PRIu64
                " messages, %" PRIu64 " writes acked, %" PRIu64 " strong reads, %" PRIu64
@@ -2732,7 +2764,7 @@ static void usage(void)
             "usage: sim (--seed N | --seeds A-B) [--nodes 3|5] [--moves] [--rejoin] "
             "[--learner-says] [--transfers] [--splits [--as-stratad]] "
             "[--inject stale-read|lying-disk|bad-copy|split-no-flush|early-promote|early-drop] "
-            "[-v]\n");
+            "[--expect-fail 'MESSAGE|...'] [-v]\n");
     exit(2);
 }
 
@@ -2782,6 +2814,9 @@ int main(int argc, char **argv)
             g_splits = true;
         } else if (strcmp(argv[i], "--as-stratad") == 0) {
             g_as_stratad = true;
+        } else if (strcmp(argv[i], "--expect-fail") == 0 && i + 1 < argc) {
+            if (!parse_expect(argv[++i]))
+                usage();
         } else if (strcmp(argv[i], "-v") == 0) {
             verbose = true;
         } else {
@@ -2794,5 +2829,12 @@ int main(int argc, char **argv)
             failures++;
     printf("sim: seeds %" PRIu64 "-%" PRIu64 ": %" PRIu64 " passed, %" PRIu64 " failed\n", a, b,
            b - a + 1 - failures, failures);
+    if (g_nexpect > 0) {
+        /* Inverted: the planted bug must be caught, and only by the expected checks. */
+        bool caught = failures > 0 && g_unexpected == 0;
+        printf("sim: expected failures %s (%" PRIu64 " failed, %" PRIu64 " of them otherwise)\n",
+               caught ? "seen" : "NOT seen", failures, g_unexpected);
+        return caught ? 0 : 1;
+    }
     return failures ? 1 : 0;
 }
