@@ -54,6 +54,14 @@
  * recovered fully, not at all, or, for a large append split into several records, as a
  * prefix of its entries: all of which Raft tolerates.
  *
+ * Block-aligned writes: every write covers whole blocks (pages) of the segment file. The
+ * already written part of the tail block is written again, with the same bytes, in front
+ * of each batch, and zeros after it up to the block's end (what the preallocated segment
+ * holds there anyway). A write starting or ending inside a block whose page is not cached
+ * (evicted under memory pressure) would make the kernel read the block from disk first,
+ * on the write path between the batch and its fdatasync. Rewriting durable bytes with the
+ * same bytes relies on sector-atomic writes, as recovery's torn-tail rules already do.
+ *
  * Memory: the WAL does not keep payloads in RAM, and recovery reads one segment at a
  * time. Per group it keeps one small index record (segment, offset, index range; 40
  * bytes) per append record still needed; wal_read_entries reads the payloads from disk
@@ -130,6 +138,9 @@ typedef struct {
     uint64_t first_seq;      /* oldest live segment (0 if none) */
     uint64_t last_seq;       /* segment receiving appends (0 if none) */
     uint64_t tail_truncated; /* bytes of torn tail dropped by recovery */
+    /* Writes that began inside a block whose written bytes the log did not hold, so the
+     * kernel may have to read the block first (see "Block-aligned writes"). 0 normally. */
+    uint64_t unaligned_writes;
 } wal_stats;
 
 /*
