@@ -5510,10 +5510,11 @@ void rcluster_status_json(rcluster *c, buf *out)
                        ",\"local\":{\"state\":\"%s\",\"term\":%" PRIu64 ",\"commit_index\":%" PRIu64
                        ",\"applied_index\":%" PRIu64 ",\"last_index\":%" PRIu64
                        ",\"snapshot_index\":%" PRIu64 ",\"installs\":%" PRIu64
-                       ",\"installing\":%s,\"failed\":%s}",
+                       ",\"installing\":%s,\"failed\":%s,\"lingering\":%s}",
                        raft_state_name(st.state), st.term, st.commit_index, st.applied_index,
                        st.last_index, st.snapshot_index, st.installs,
-                       st.installing ? "true" : "false", st.failed ? "true" : "false");
+                       st.installing ? "true" : "false", st.failed ? "true" : "false",
+                       meta_partition_has(mp, c->self, NULL) ? "false" : "true");
         buf_printf(out, "}");
     }
     buf_printf(out, "]}");

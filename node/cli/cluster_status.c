@@ -289,7 +289,21 @@ static void member_cells(const views *vs, uint64_t member, uint64_t part_id, cha
         cellf(row[5], "%" PRIu64, snap);
 }
 
-/* One partition: its own columns on the first member's row, then one row per member. */
+/* Whether the JSON array of node ids holds `node`. */
+static bool listed(const json_t *members, uint64_t node)
+{
+    size_t k;
+    const json_t *m;
+    json_array_foreach(members, k, m)
+    {
+        if (json_is_integer(m) && (uint64_t)json_integer_value(m) == node)
+            return true;
+    }
+    return false;
+}
+
+/* One partition: its own columns on the first member's row, then one row per member, then
+ * one per replica that is leaving (its node is no longer a member). */
 static int partition_rows(table *t, const views *vs, const json_t *p, uint64_t leader, bool seen)
 {
     uint64_t id = ju64_or0(p, "id");
@@ -319,6 +333,19 @@ static int partition_rows(table *t, const views *vs, const json_t *p, uint64_t l
         uint64_t mid = (uint64_t)json_integer_value(m);
         cellf(row[4], "%" PRIu64 "%s", mid, mid == leader ? "*" : "");
         member_cells(vs, mid, id, row + 5);
+    }
+    /* A replica the map has taken from its node but Raft still counts: it keeps running
+     * until a committed configuration leaves it out (README, "Moving replicas"). */
+    for (size_t i = 0; i < vs->n; i++) {
+        const json_t *l;
+        uint64_t nid = vs->v[i].node_id;
+        if (listed(members, nid) || member_local(vs, nid, id, &l) != MEMBER_FOUND)
+            continue;
+        char(*row)[CELL_MAX] = table_row(t);
+        if (row == NULL)
+            return -1;
+        cellf(row[4], "%" PRIu64 " (leaving)", nid);
+        member_cells(vs, nid, id, row + 5);
     }
     return 0;
 }

@@ -17,7 +17,9 @@
  *     member's row is filled from that member's own view: the answering node's, plus any
  *     further views the caller fetched (`strata cluster status --all` asks every node). A
  *     member nobody asked shows "-", one that did not answer "no answer", one whose answer
- *     has no replica of the partition "not open";
+ *     has no replica of the partition "not open". A node whose view still holds a replica
+ *     of a partition the map no longer gives it (Raft still counts it until a committed
+ *     configuration leaves it out) gets a row of its own, "N (leaving)";
  *   - SUMMARY: nodes up (connected as the answering node sees them, not REMOVED) out of
  *     all, tables, partitions, partitions without leader, partitions whose leader is not
  *     known to the views at hand, leaders per node.

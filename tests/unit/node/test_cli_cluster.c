@@ -282,6 +282,37 @@ static int run(char **argv, int argc, char *errbuf, size_t cap)
     return code;
 }
 
+/* A replica the map moved away but Raft still counts: node 2 still runs partition 2
+ * (members 1, 3, 4), so its row follows the members', marked leaving. */
+static void leaving_replica(void **state)
+{
+    (void)state;
+    static const char node2_leaving[] =
+        "{\"node_id\":2,\"ready\":true,\"meta_voter\":true,\"meta_leader\":1,\"meta_index\":"
+        "12," NODES3 ",\"partitions\":["
+        "{\"id\":2,\"table_id\":1,\"table\":\"Music\",\"hash_lo\":\"0000000000000000\","
+        "\"hash_hi\":\"ffffffffffffffff\",\"epoch\":3,\"leader\":1,\"members\":[1,3,4],"
+        "\"local\":{\"state\":\"follower\",\"term\":5,\"commit_index\":9,\"applied_index\":9,"
+        "\"last_index\":9,\"snapshot_index\":0,\"installs\":0,\"installing\":false,"
+        "\"failed\":false,\"lingering\":true}}]}";
+    char *text = NULL;
+    cli_cluster_summary sum;
+    strata_err err;
+    assert_int_equal(format(node2_leaving, NULL, 0, &text, &sum, &err), 0);
+    assert_non_null(strstr(
+        text,
+        "TABLE Music (id 1, 1 partition)\n"
+        "  PARTITION  HASH RANGE                         EPOCH  LEADER  MEMBER       RAFT      "
+        "TERM  COMMIT  APPLIED  LAST  SNAPSHOT\n"
+        "  2          0000000000000000-ffffffffffffffff  3      1       1*           -\n"
+        "                                                               3            -\n"
+        "                                                               4            -\n"
+        "                                                               2 (leaving)  follower  "
+        "5     9       9        9     0\n"));
+    assert_int_equal(sum.partitions, 1);
+    free(text);
+}
+
 static void command_line(void **state)
 {
     (void)state;
@@ -306,6 +337,7 @@ int main(void)
         cmocka_unit_test(not_ready_and_empty), cmocka_unit_test(single_node),
         cmocka_unit_test(tolerant_fields),     cmocka_unit_test(not_cluster_json),
         cmocka_unit_test(each_other_node),     cmocka_unit_test(command_line),
+        cmocka_unit_test(leaving_replica),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
