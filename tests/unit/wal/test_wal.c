@@ -1295,14 +1295,16 @@ static void evict_segments(const char *dir)
 
 /* Every write covers whole blocks: the written part of the tail block goes again in front
  * of a batch, zeros after it. So no batch makes the kernel read a block first, even with
- * the segment's pages evicted between batches (where the kernel counts reads, that is
- * checked across each batch); that holds across segment rolls and, as recovery loads the
+ * the segment's pages evicted between batches (where the kernel counts a process's reads:
+ * an unaligned write path reads in every such batch; a stray page fault of the test's own
+ * code may read in one or two); that holds across segment rolls and, as recovery loads the
  * tail block, after a reopen; and recovery reads back exactly what was appended. */
 static void writes_cover_whole_blocks(void **state)
 {
     fixture *f = *state;
     reopen(f);
     uint64_t next = 1;
+    int batches = 0, reading = 0;
     for (int round = 0; round < 3; round++) {
         for (int i = 0; i < 40; i++) {
             evict_segments(f->dir);
@@ -1310,8 +1312,8 @@ static void writes_cover_whole_blocks(void **state)
             size_t n = 1 + (size_t)(i * 7 + round) % 9; /* odd sizes: ends fall mid-block */
             sync_append(f, 1, next, n, 1);
             next += n;
-            if (before >= 0)
-                assert_int_equal(storage_read_bytes(), before);
+            batches += before >= 0;
+            reading += before >= 0 && storage_read_bytes() != before;
         }
         wal_stats st;
         wal_get_stats(f->w, &st);
@@ -1319,6 +1321,8 @@ static void writes_cover_whole_blocks(void **state)
         reopen(f);
         check_entries(f, 1, 1, next - 1, 1);
     }
+    if (reading > 2)
+        fail_msg("%d of %d batches read from storage", reading, batches);
     wal_stats st;
     wal_get_stats(f->w, &st);
     assert_true(st.last_seq >= 2); /* the 64 KiB segments rolled */
