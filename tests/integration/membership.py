@@ -8,7 +8,9 @@ Usage: membership.py STRATAD STRATA
  3. `strata node drain 1` while writers run through every node: node 1 ends with no
     replica, clients see no error (boto3 with its standard retries), every acknowledged
     write reads back strongly, every partition has a leader, and node 1 drops its local
-    replicas (each once the Raft configuration leaves it out, GET /admin/digests).
+    replicas (each once the Raft configuration leaves it out, GET /admin/digests); while
+    it does, GET /admin/cluster marks "lingering" exactly the local replicas whose
+    partition no longer lists the node.
  4. `strata node activate 1`: node 1 gets its share of replicas back (the engine of node 1
     flushes often, STRATA_MEMTABLE_BYTES, so its old replicas had durable indexes): the
     new replicas agree with the others (digests), then node 1 drains again.
@@ -130,6 +132,24 @@ def digests_agree(nodes):
                 return False
             seen.setdefault(rep["partition"], set()).add((rep["applied_index"], rep["digest"]))
     return bool(seen) and all(len(v) == 1 for v in seen.values())
+
+
+def lingering(node):
+    """Replicas node still runs though the map no longer lists it (GET /admin/cluster's
+    "lingering"), after checking that flag against the map on every local replica; None
+    if the node does not answer."""
+    a = node.admin()
+    if a is None:
+        return None
+    n = 0
+    for p in a.get("partitions", []):
+        if "local" in p:
+            want = node.id not in p["members"]
+            assert p["local"].get("lingering") == want, \
+                "node %d partition %d: lingering %s, members %s" % (
+                    node.id, p["id"], p["local"].get("lingering"), p["members"])
+            n += want
+    return n
 
 
 def all_led(node):
@@ -263,8 +283,10 @@ def main():
         # then goes (its leader answers STATUS_RELEASED, or its own configuration says so):
         # node 1 must end with none, or drained nodes would keep every replica for ever.
         t0 = time.time()
-        poll(lambda: (nodes[0].admin("/admin/digests") or {}).get("replicas") == [],
+        poll(lambda: lingering(nodes[0]) == 0 and
+             (nodes[0].admin("/admin/digests") or {}).get("replicas") == [],
              "node 1 drops the replicas it no longer holds in the map")
+        assert all(lingering(n) == 0 for n in nodes[1:4]), "members marked lingering"
         log("drain: node 1 dropped its last replica %.1f s after the map emptied it"
             % (time.time() - t0))
 
