@@ -148,6 +148,10 @@ typedef struct {
      * evenly; when one partition key holds most of it, no split (a hot key, reported). */
     uint64_t split_size_bytes;
     uint64_t split_heat_ms;
+    /* A test hook (STRATA_TEST_EXIT_ON_SPLIT, node/main.c): the process exits at once
+     * when a replica here applies a SPLIT, as a crash between storing a committed entry
+     * and applying it would. Tests use it to make a node miss a SPLIT for sure. */
+    bool test_exit_on_split;
 } router_cluster_config;
 
 typedef struct {

@@ -29,6 +29,9 @@
  *                     index | u64be hash_lo | u64be hash_hi (the source's range) | u8 done |
  *                     varint next-key length | next key | (varint klen | key | varint vlen |
  *                     value)*
+ *   MSG_CHILD_SEED    varint partition -> the range record (split.h) of a child that a
+ *                     SPLIT made on the answering node and that has applied nothing past
+ *                     its first entry, or ERR_UNAVAILABLE (seed_child)
  *
  * Snapshots. The log of a partition is compacted (raft_host_compact) up to what the
  * engine holds durably. A replica that needs compacted entries copies the partition from
@@ -87,6 +90,7 @@ enum {
     MSG_PART_STATS = 9,
     MSG_CAP_DEMAND = 10,
     MSG_LEAVING = 11,
+    MSG_CHILD_SEED = 12,
 };
 
 #define META_GROUP           0
@@ -253,6 +257,21 @@ typedef struct join_check {
     unsigned whole;    /* voters that answered STATUS_HOLDS_WHOLE */
 } join_check;
 
+/* A copy of a child's first state into this node, which its SPLIT listed but which never
+ * applied it (seed_child). */
+typedef struct child_seed {
+    struct child_seed *next;
+    struct rcluster *c;
+    uint64_t pid;
+    uint64_t asked_ms; /* when the last round of questions went out */
+    unsigned pending;  /* answers still to come */
+    uint64_t from;     /* the node copied from (0: no copy under way) */
+    uint64_t session;  /* the copy session at the source (serve_snap_chunk) */
+    split_range rg;    /* the source's range record: the child's range and members */
+    buf next_key;      /* where the next chunk starts (empty: the first) */
+    bool in_flight;    /* a chunk request or the final flush is under way */
+} child_seed;
+
 /* A snapshot copy into this node (fsm.install). */
 typedef struct install {
     struct install *next;
@@ -399,6 +418,7 @@ struct rcluster {
     install *installs;
     session *sessions;
     join_check *join_checks;
+    child_seed *seeds;
     uint64_t last_compact;
     uv_check_t compactor; /* runs while a compaction pass goes on (compact_step) */
     size_t compact_next;  /* the pass's next replica, an index into parts */
@@ -407,6 +427,7 @@ struct rcluster {
     uint64_t replace_after_ms;   /* replicas of a node DOWN this long are re-created */
     uint64_t split_size_bytes;   /* automatic splits (router_cluster_config); 0: never */
     uint64_t split_heat_ms;
+    bool test_exit_on_split; /* router_cluster_config's test hook */
     unsigned heartbeat_ms; /* the partition groups' (raft_host's default: 100) */
     bool sched_busy;             /* the scheduler waits for its last command or probe */
     unsigned transfers;          /* leadership transfers in flight from this node */
@@ -1581,6 +1602,13 @@ static int apply_split(rcluster *c, lpart *lp, uint64_t index, const void *cmd, 
         return 0;
     if (lp->split != SPLIT_NONE && lp->split_index != index)
         return RAFT_HOST_APPLY_BUSY; /* split_finish resumes */
+    if (c->test_exit_on_split) {
+        fprintf(stderr,
+                "stratad: partition %" PRIu64 " entry %" PRIu64
+                ": SPLIT, and STRATA_TEST_EXIT_ON_SPLIT is set: exiting\n",
+                lp->id, index);
+        _exit(86);
+    }
     if (lp->split == SPLIT_NONE) {
         lp->split = SPLIT_WRITE;
         lp->split_index = index;
@@ -2817,6 +2845,39 @@ static void serve_group_status(rcluster *c, uint64_t peer, const uint8_t *data, 
     rpc_respond(resp, &bits, 1, NULL);
 }
 
+/* Whether this node's replica of `pid` is a child that its SPLIT made here and that still
+ * holds its first state: it applied nothing past entry 1 (its configuration), so no
+ * leader of the child has committed anything yet, and its data is the parent's at the
+ * split, the same on every replica the SPLIT made. `rg` receives its range record. */
+static bool replica_first_state(rcluster *c, uint64_t pid, split_range *rg)
+{
+    lpart *lp = lpart_find(c, pid);
+    raft_host_group_stats st;
+    return lp != NULL && lp->child && !lp->poisoned && lp->split == SPLIT_NONE &&
+           raft_host_group_info(c->host, pid, &st, NULL) == 0 && !st.failed && !st.installing &&
+           st.applied_index == 1 && st.snapshot_index < 2 && range_read(c, pid, rg) == 1 &&
+           rg->n_members > 0;
+}
+
+static void serve_child_seed(rcluster *c, const uint8_t *data, size_t len, rpc_responder *resp)
+{
+    rd r;
+    rd_init(&r, data, len);
+    uint64_t pid = rd_varint(&r);
+    split_range rg;
+    strata_err err;
+    buf out;
+    buf_init(&out, 0);
+    if (r.failed || c->host == NULL || !replica_first_state(c, pid, &rg))
+        rpc_respond_error(resp, ERR_UNAVAILABLE,
+                          "no replica of that child at its first state here");
+    else if (split_range_encode(&rg, &out, &err) < 0)
+        rpc_respond_error(resp, err.code, err.msg);
+    else
+        rpc_respond(resp, out.data, out.len, NULL);
+    buf_free(&out);
+}
+
 static void on_sched_done(void *ctx, const strata_err *err, const uint8_t *res, size_t len)
 {
     rcluster *c = ctx;
@@ -3864,6 +3925,9 @@ static void on_request(void *ctx, uint64_t peer, uint32_t type, const uint8_t *d
     case MSG_GROUP_STATUS:
         serve_group_status(c, peer, data, len, resp);
         return;
+    case MSG_CHILD_SEED:
+        serve_child_seed(c, data, len, resp);
+        return;
     }
     rpc_respond_error(resp, ERR_UNKNOWN_OPERATION, "unknown request type");
 }
@@ -4275,6 +4339,281 @@ static bool join_allowed(rcluster *c, const meta_partition *mp)
     return false;
 }
 
+/* ---- a child's first state, copied to a member its SPLIT listed but did not make ---- */
+
+/*
+ * A node listed in a SPLIT may never apply it: it stored the entry but crashed before
+ * applying it, or was down, and by the time it came back the parent's leader had
+ * compacted its log past the entry, so it got a copy of the parent taken after the
+ * split (fsm.install), which holds neither the child's data nor its record. The child
+ * then has fewer replicas than its SPLIT listed; if the nodes that applied the SPLIT are
+ * no majority of the child's voters, the child never elects a leader, never compacts its
+ * log whole, and join_allowed never lets the others join it empty: its range is
+ * unavailable for good. (The simulator, tests/sim, found this: "(c)" in its header.)
+ *
+ * So such a node copies the child's first state from a replica the SPLIT made while that
+ * replica has applied nothing past entry 1 (replica_first_state): its data is then the
+ * parent's at the split, the same on every replica the SPLIT made. The copy goes under the
+ * child's range with the source's range record (the SPLIT's members), durably, and the
+ * node then starts the child from that record (start_replica), bootstrapping the same
+ * configuration at index 1, exactly as if it had applied the SPLIT: Raft sees one more
+ * replica that made the child, as when one applies the SPLIT late. If the source applies
+ * anything more before the copy starts (its copy session would say so), the copy is
+ * abandoned: the child has a leader then, and the node joins it empty (join_allowed)
+ * once the child's replicas compacted its log whole.
+ */
+
+static void seed_free(rcluster *c, child_seed *s)
+{
+    for (child_seed **pp = &c->seeds; *pp != NULL; pp = &(*pp)->next)
+        if (*pp == s) {
+            *pp = s->next;
+            break;
+        }
+    buf_free(&s->next_key);
+    free(s);
+}
+
+/* Ends a copy that cannot go on; the partial data stays until the next copy or an empty
+ * join wipes it (start_replica: data without a record is stale). */
+static void seed_abandon(child_seed *s, const char *why)
+{
+    fprintf(stderr,
+            "stratad: partition %" PRIu64 ": copy of its first state from node %" PRIu64
+            " abandoned: %s\n",
+            s->pid, s->from, why);
+    s->from = 0;
+    s->asked_ms = now_ms(s->c); /* ask again after JOIN_CHECK_MS */
+    kick(s->c);
+}
+
+static void seed_request(child_seed *s);
+
+static void on_seed_flushed(void *arg, const strata_err *err)
+{
+    child_seed *s = arg;
+    rcluster *c = s->c;
+    s->in_flight = false;
+    if (c->closing)
+        return;
+    if (err != NULL && err->code != ERR_NONE) {
+        seed_abandon(s, err->msg);
+        return;
+    }
+    fprintf(stderr,
+            "stratad: partition %" PRIu64 ": its SPLIT was not applied here; copied its first "
+            "state from node %" PRIu64 ", it starts as the SPLIT would have started it\n",
+            s->pid, s->from);
+    seed_free(c, s);
+    kick(c); /* start_replica starts the child from its record */
+}
+
+/* Writes one chunk of the copy (as install_apply_chunk). Every chunk must say the source
+ * is at entry 1 with the record's range; the last one also writes the record, and the
+ * engine then holds the child's state at index 1, made durable before the child starts. */
+static void seed_apply_chunk(child_seed *s, const uint8_t *data, size_t len)
+{
+    rcluster *c = s->c;
+    rd r;
+    rd_init(&r, data, len);
+    uint64_t applied = rd_varint(&r);
+    uint64_t src_lo = rd_u64be(&r), src_hi = rd_u64be(&r);
+    uint8_t done = rd_u8(&r);
+    uint64_t nk = rd_varint(&r);
+    const uint8_t *next = r.failed || nk > rd_left(&r) ? NULL : rd_bytes(&r, (size_t)nk);
+    if (r.failed || applied != 1 || src_lo != s->rg.hash_lo || src_hi != s->rg.hash_hi) {
+        seed_abandon(s, r.failed ? "a malformed chunk" : "the source's child went past entry 1");
+        return;
+    }
+    const meta_partition *mp = meta_partition_find(c->meta, s->pid);
+    if (mp == NULL || !meta_partition_has(mp, c->self, NULL) || lpart_find(c, s->pid) != NULL) {
+        seed_abandon(s, "the map no longer gives this node the child, or it started");
+        return;
+    }
+    lsm_batch *b = lsm_batch_new();
+    strata_err err;
+    int rc = b != NULL ? 0 : strata_err_set(&err, ERR_NOMEM, "out of memory");
+    while (rc == 0 && rd_left(&r) > 0) {
+        uint64_t kl = rd_varint(&r);
+        const uint8_t *k = r.failed || kl > rd_left(&r) ? NULL : rd_bytes(&r, (size_t)kl);
+        uint64_t vl = rd_varint(&r);
+        const uint8_t *v = r.failed || vl > rd_left(&r) ? NULL : rd_bytes(&r, (size_t)vl);
+        if (k == NULL || v == NULL)
+            rc = strata_err_set(&err, ERR_CORRUPT, "a malformed chunk");
+        else
+            rc = lsm_batch_put(b, k, kl, v, vl, &err);
+    }
+    if (rc == 0 && done)
+        rc = range_put(b, s->pid, &s->rg, &err);
+    if (rc == 0)
+        rc = lsm_write(c->engine, b, done ? s->pid : 0, done ? 1 : 0, &err);
+    lsm_batch_free(b);
+    if (rc < 0) {
+        seed_abandon(s, err.msg); /* ERR_BUSY too: the next round starts over */
+        return;
+    }
+    buf_reset(&s->next_key);
+    if (next != NULL)
+        buf_append(&s->next_key, next, (size_t)nk);
+    if (done) {
+        s->in_flight = true;
+        lsm_flush(c->engine, on_seed_flushed, s);
+        return;
+    }
+    seed_request(s);
+}
+
+static void on_seed_chunk(void *ctx, int status, const strata_err *err, const uint8_t *data,
+                          size_t len)
+{
+    child_seed *s = ctx;
+    s->in_flight = false;
+    if (s->c->closing)
+        return;
+    if (status < 0) {
+        seed_abandon(s, err != NULL ? err->msg : "the request failed");
+        return;
+    }
+    seed_apply_chunk(s, data, len);
+}
+
+static void seed_request(child_seed *s)
+{
+    rcluster *c = s->c;
+    buf b;
+    buf_init(&b, 0);
+    buf_put_varint(&b, s->pid);
+    buf_put_varint(&b, s->session);
+    buf_append(&b, s->next_key.data, s->next_key.len);
+    strata_err err;
+    if (!b.failed && rpc_call(c->rpc, s->from, MSG_SNAP_CHUNK, b.data, b.len, ATTEMPT_DEADLINE_MS,
+                              on_seed_chunk, s, &err) == 0)
+        s->in_flight = true;
+    buf_free(&b);
+    if (!s->in_flight)
+        seed_abandon(s, "cannot ask the source");
+}
+
+/* Starts the copy from `from`, whose record `rg` lists this node: wipes the range first
+ * (leftovers of an earlier replica or copy). */
+static void seed_start(child_seed *s, uint64_t from, const split_range *rg)
+{
+    rcluster *c = s->c;
+    partition_desc d = {
+        .id = s->pid, .table_id = rg->table_id, .hash_lo = rg->hash_lo, .hash_hi = rg->hash_hi};
+    uint8_t lo[12], hi[12];
+    router_partition_bounds(&d, lo, hi);
+    lsm_batch *b = lsm_batch_new();
+    strata_err err;
+    int rc = b != NULL ? lsm_batch_delete_range(b, lo, 12, hi, 12, &err) : -1;
+    if (rc == 0)
+        rc = lsm_write(c->engine, b, 0, 0, &err);
+    lsm_batch_free(b);
+    if (rc < 0)
+        return; /* the next round */
+    s->from = from;
+    s->rg = *rg;
+    s->session = XXH3_64bits_withSeed(&s->pid, sizeof s->pid, now_ms(c) ^ (c->self << 32));
+    buf_reset(&s->next_key);
+    fprintf(stderr,
+            "stratad: partition %" PRIu64 ": this node missed the SPLIT that lists it; copying "
+            "the child's first state from node %" PRIu64 "\n",
+            s->pid, from);
+    seed_request(s);
+}
+
+typedef struct {
+    child_seed *s;
+    uint64_t node;
+} seed_ask;
+
+static bool record_lists(const split_range *rg, uint64_t node)
+{
+    for (uint32_t k = 0; k < rg->n_members; k++)
+        if (rg->members[k].node == node)
+            return true;
+    return false;
+}
+
+static void on_seed_answer(void *ctx, int status, const strata_err *err, const uint8_t *data,
+                           size_t len)
+{
+    seed_ask *a = ctx;
+    child_seed *s = a->s;
+    uint64_t node = a->node;
+    rcluster *c = s->c;
+    free(a);
+    (void)err;
+    s->pending--;
+    split_range rg;
+    strata_err derr;
+    if (status < 0 || c->closing || s->from != 0 || lpart_find(c, s->pid) != NULL ||
+        split_range_decode(data, len, &rg, &derr) < 0 || rg.n_members == 0 ||
+        !record_lists(&rg, c->self) ||
+        local_overlap(c, s->pid, rg.table_id, rg.hash_lo, rg.hash_hi))
+        return;
+    seed_start(s, node, &rg);
+}
+
+/*
+ * For start_replica, about to join `mp` empty: whether a copy of the child's first state
+ * is under way here (the replica must wait for it). Meanwhile, at most every
+ * JOIN_CHECK_MS, asks the members whether one holds `mp` as a child at its first state
+ * (MSG_CHILD_SEED); the first that does and whose record lists this node is copied from.
+ * Asking does not hold up the join: a partition that is not such a child joins as before.
+ */
+static bool seed_child(rcluster *c, const meta_partition *mp)
+{
+    child_seed *s = c->seeds;
+    while (s != NULL && s->pid != mp->id)
+        s = s->next;
+    if (s != NULL && (s->from != 0 || s->in_flight))
+        return true;
+    uint64_t now = now_ms(c);
+    if (s != NULL && (s->pending > 0 || now - s->asked_ms < JOIN_CHECK_MS))
+        return false;
+    if (s == NULL) {
+        s = calloc(1, sizeof *s);
+        if (s == NULL)
+            return false;
+        *s = (child_seed){.next = c->seeds, .c = c, .pid = mp->id};
+        buf_init(&s->next_key, 0);
+        c->seeds = s;
+    }
+    s->asked_ms = now;
+    buf b;
+    buf_init(&b, 0);
+    buf_put_varint(&b, mp->id);
+    for (uint32_t k = 0; k < mp->n_members && !b.failed; k++) {
+        uint64_t node = mp->members[k].node;
+        seed_ask *a;
+        strata_err err;
+        if (node == c->self || !node_usable(c, node) || (a = malloc(sizeof *a)) == NULL)
+            continue;
+        *a = (seed_ask){s, node};
+        if (rpc_call(c->rpc, node, MSG_CHILD_SEED, b.data, b.len, ATTEMPT_DEADLINE_MS,
+                     on_seed_answer, a, &err) < 0)
+            free(a);
+        else
+            s->pending++;
+    }
+    buf_free(&b);
+    return false;
+}
+
+/* Forgets the questions of replicas that started or that the map took away. */
+static void seeds_step(rcluster *c)
+{
+    for (child_seed *s = c->seeds, *next; s != NULL; s = next) {
+        next = s->next;
+        const meta_partition *mp = meta_partition_find(c->meta, s->pid);
+        bool wanted =
+            mp != NULL && meta_partition_has(mp, c->self, NULL) && lpart_find(c, s->pid) == NULL;
+        if (!wanted && s->pending == 0 && !s->in_flight && s->from == 0)
+            seed_free(c, s);
+    }
+}
+
 /* A replica as bootstrapped: term 1, no vote cast, nothing but the configuration in its
  * log. For a new table's partition the node the map names its leader stands for election
  * at once (raft_host_campaign_soon) rather than after an election timeout, during which
@@ -4298,7 +4637,9 @@ static bool never_led(rcluster *c, uint64_t pid)
  * replica) wipes it first and starts empty, like any replica added by a move: the log
  * rebuilds an original partition, and a child's replicas compact the child's log whole
  * early (snapshots_tick), and an empty replica joins only once they all did
- * (join_allowed), so a replica joining a child gets a full copy. */
+ * (join_allowed), so a replica joining a child gets a full copy. One that its SPLIT
+ * listed copies the child's first state instead while a replica the SPLIT made is still
+ * at it (seed_child), and then starts from the record that copy brings. */
 static void start_replica(rcluster *c, const meta_partition *mp, meta_role role)
 {
     split_range rg;
@@ -4315,7 +4656,9 @@ static void start_replica(rcluster *c, const meta_partition *mp, meta_role role)
     if (local_overlap(c, mp->id, d.table_id, d.hash_lo, d.hash_hi))
         return;
     bool bootstraps = (have && rg.n_members > 0) || (mp->epoch == 1 && role == META_VOTER);
-    if (!bootstraps && lsm_durable_index(c->engine, mp->id) == 0 && !join_allowed(c, mp))
+    /* No record at all: maybe a listed node that missed the child's SPLIT (seed_child). */
+    if (!bootstraps && lsm_durable_index(c->engine, mp->id) == 0 &&
+        ((!have && seed_child(c, mp)) || !join_allowed(c, mp)))
         return;
     strata_err err;
     if (!have) {
@@ -4724,6 +5067,7 @@ static void reconcile(rcluster *c)
     reconcile_groups(c);
     splits_step(c);
     installs_step(c);
+    seeds_step(c);
     delete_dropped(c);
     for (size_t i = 0; i < c->n_parts; i++)
         if (c->parts[i].busy) {
@@ -5689,6 +6033,7 @@ rcluster *rcluster_open(const router_config *cfg, strata_err *err)
     c->replace_after_ms = cc->replace_after_ms ? cc->replace_after_ms : REPLACE_AFTER_MS;
     c->split_size_bytes = cc->split_size_bytes;
     c->split_heat_ms = cc->split_heat_ms;
+    c->test_exit_on_split = cc->test_exit_on_split;
     c->heartbeat_ms = cc->heartbeat_timeout_ms ? cc->heartbeat_timeout_ms : 100;
     c->bootstrap = cc->bootstrap;
     c->expect = cc->bootstrap_expect > 0 ? cc->bootstrap_expect : 3;
@@ -5831,6 +6176,8 @@ void rcluster_close(rcluster *c)
         install_free(c, c->installs);
     while (c->join_checks != NULL) /* rpc_close answered every question */
         join_check_free(c, c->join_checks);
+    while (c->seeds != NULL) /* and the engine's close ran every flush callback */
+        seed_free(c, c->seeds);
     meta_free(c->meta);
     catalog_free(c->cat);
     capacity_free(c->cap);

@@ -90,6 +90,9 @@ static void cluster_settings_fill(cluster_settings *cs, const stratad_config *cf
     const char *mt = getenv("STRATA_MEMTABLE_BYTES");
     if (mt != NULL)
         cs->rc.memtable_bytes = (size_t)strtoull(mt, NULL, 10);
+    /* A test hook: see router_cluster_config.test_exit_on_split. */
+    const char *ex = getenv("STRATA_TEST_EXIT_ON_SPLIT");
+    cs->rc.test_exit_on_split = ex != NULL && strcmp(ex, "1") == 0;
 }
 
 /* In a cluster the router's own handles (peer connections, Raft timers) keep the loop

@@ -105,7 +105,9 @@
  *            child's first entry, a listed node that missed the SPLIT copies the child's
  *            first state from a node that made it and starts the child as the SPLIT would
  *            have (else a child whose makers are no quorum never gets a leader, so never
- *            gets compacted, and (b) waits forever). stratad does (a) and (b), not (c).
+ *            gets compacted, and (b) waits forever). stratad does all three ((c):
+ *            seed_child in cluster/router_cluster.c; without it 10 of --splits 1-2000
+ *            ended with such a child, "final member N is a learner or holds no replica").
  *
  * Checks (any failure prints the seed and the last events):
  *   1. at most one leader per term per group (sampled after every event);
@@ -138,14 +140,15 @@
  *      replica of a group has the same range, and the ranges of all groups tile the hash
  *      space (no gap, no overlap). Check 2 compares commands (also MOVED ones and SPLIT
  *      entries), check 4 also the ranges and key versions.
- * `--inject stale-read|lying-disk|bad-copy|split-no-flush|early-promote|early-drop` plants a
- * bug (reads without a barrier, an fsync that lies, an engine snapshot missing its last
- * write, a child started from the parent's last durable state instead of its state at the
- * split: no flush; a learner promoted before it is confirmed, with --learner-says; a moved
- * replica dropped as soon as its removal is decided rather than once a committed
- * configuration leaves it out, as stratad did when the map took it away) that the checks
- * must catch. `--expect-fail 'A|B'` inverts the verdict for such runs: exit 0 only if some
- * seed failed and every failure's message contains A or B (the checks meant to catch it).
+ * `--inject stale-read|lying-disk|bad-copy|split-no-flush|no-seed|early-promote|early-drop`
+ * plants a bug (reads without a barrier, an fsync that lies, an engine snapshot missing its
+ * last write, a child started from the parent's last durable state instead of its state
+ * at the split: no flush; no fix (c) of --splits, as stratad before seed_child; a learner
+ * promoted before it is confirmed, with --learner-says; a moved replica dropped as soon as
+ * its removal is decided rather than once a committed configuration leaves it out, as
+ * stratad did when the map took it away) that the checks must catch. `--expect-fail 'A|B'` inverts
+ * the verdict for such runs: exit 0 only if some seed failed and every failure's message contains A
+ * or B (the checks meant to catch it).
  */
 #include <inttypes.h>
 #include <stdarg.h>
@@ -186,6 +189,7 @@ enum {
     INJECT_LYING_DISK,
     INJECT_BAD_COPY,
     INJECT_SPLIT_NO_FLUSH,
+    INJECT_NO_SEED,
     INJECT_EARLY_PROMOTE,
     INJECT_EARLY_DROP
 };
@@ -2134,7 +2138,7 @@ static void reconcile_children(sim *s, node *nd)
     for (int c = 0; c < s->ngroups; c++) {
         if (!s->owed[nd->id][c] || nd->hosted[c] || !s->map[c].created || local_overlap(s, nd, c))
             continue;
-        if (!s->as_stratad && child_seed(s, nd, c))
+        if (!s->as_stratad && s->inject != INJECT_NO_SEED && child_seed(s, nd, c))
             continue;
         if (!child_sealed(s, c))
             continue;
@@ -2760,11 +2764,12 @@ static bool run_seed(uint64_t seed, int nodes_opt, bool verbose)
 
 static void usage(void)
 {
-    fprintf(stderr,
-            "usage: sim (--seed N | --seeds A-B) [--nodes 3|5] [--moves] [--rejoin] "
-            "[--learner-says] [--transfers] [--splits [--as-stratad]] "
-            "[--inject stale-read|lying-disk|bad-copy|split-no-flush|early-promote|early-drop] "
-            "[--expect-fail 'MESSAGE|...'] [-v]\n");
+    fprintf(
+        stderr,
+        "usage: sim (--seed N | --seeds A-B) [--nodes 3|5] [--moves] [--rejoin] "
+        "[--learner-says] [--transfers] [--splits [--as-stratad]] "
+        "[--inject stale-read|lying-disk|bad-copy|split-no-flush|no-seed|early-promote|early-drop] "
+        "[--expect-fail 'MESSAGE|...'] [-v]\n");
     exit(2);
 }
 
@@ -2794,6 +2799,8 @@ int main(int argc, char **argv)
                 g_inject = INJECT_BAD_COPY;
             else if (strcmp(argv[i], "split-no-flush") == 0)
                 g_inject = INJECT_SPLIT_NO_FLUSH;
+            else if (strcmp(argv[i], "no-seed") == 0)
+                g_inject = INJECT_NO_SEED;
             else if (strcmp(argv[i], "early-promote") == 0)
                 g_inject = INJECT_EARLY_PROMOTE;
             else if (strcmp(argv[i], "early-drop") == 0)
