@@ -25,10 +25,8 @@
  *                     second (cluster/capshare.h), every second      (fire and forget)
  *   MSG_LEAVING       (empty) the sender is stopping: hand it no leadership, send it no
  *                     eventual reads                                 (fire and forget)
- *   MSG_SNAP_CHUNK    varint partition | varint session | start key -> varint applied
- *                     index | u64be hash_lo | u64be hash_hi (the source's range) | u8 done |
- *                     varint next-key length | next key | (varint klen | key | varint vlen |
- *                     value)*
+ *   MSG_SNAP_CHUNK    varint partition | varint session | start key -> a chunk of the
+ *                     session's copy (cluster/snap_chunk.h)
  *   MSG_CHILD_SEED    varint partition -> the range record (split.h) of a child that a
  *                     SPLIT made on the answering node and that has applied nothing past
  *                     its first entry, or ERR_UNAVAILABLE (seed_child)
@@ -70,6 +68,7 @@
 #include "cluster/capshare.h"
 #include "cluster/held_msgs.h"
 #include "cluster/pstats.h"
+#include "cluster/snap_chunk.h"
 #include "cluster/split.h"
 #include "cluster/raft/raft_host_uv.h"
 #include "cluster/raft/raft_wal.h"
@@ -2013,6 +2012,38 @@ static void on_install_flushed(void *arg, const strata_err *err)
     install_finish(in, 0);
 }
 
+/* Decodes a chunk (cluster/snap_chunk.h) into `ch` and puts its items into `b`. */
+static int snap_chunk_to_batch(const uint8_t *data, size_t len, snap_chunk *ch, lsm_batch *b,
+                               strata_err *err)
+{
+    if (snap_chunk_decode(data, len, ch, err) < 0)
+        return -1;
+    const uint8_t *k, *v;
+    size_t kl, vl, pos = 0;
+    while (snap_chunk_item_next(ch, &pos, &k, &kl, &v, &vl))
+        if (lsm_batch_put(b, k, kl, v, vl, err) < 0)
+            return -1;
+    return 0;
+}
+
+/* Asks `from` for the chunk of copy session `sid` of `pid` that starts at `next_key`
+ * (empty: the first, which opens the session there). */
+static int snap_chunk_call(rcluster *c, uint64_t from, uint64_t pid, uint64_t sid,
+                           const buf *next_key, rpc_call_cb cb, void *ctx)
+{
+    buf b;
+    buf_init(&b, 0);
+    buf_put_varint(&b, pid);
+    buf_put_varint(&b, sid);
+    buf_append(&b, next_key->data, next_key->len);
+    strata_err err;
+    int rc = b.failed ? -1
+                      : rpc_call(c->rpc, from, MSG_SNAP_CHUNK, b.data, b.len, ATTEMPT_DEADLINE_MS,
+                                 cb, ctx, &err);
+    buf_free(&b);
+    return rc;
+}
+
 static void install_request(install *in);
 
 /* Writes the chunk in in->chunk to the engine; the last one also records the source's
@@ -2020,31 +2051,22 @@ static void install_request(install *in);
 static void install_apply_chunk(install *in)
 {
     rcluster *c = in->c;
-    rd r;
-    rd_init(&r, in->chunk, in->chunk_len);
-    uint64_t applied = rd_varint(&r);
-    uint64_t src_lo = rd_u64be(&r), src_hi = rd_u64be(&r);
-    uint8_t done = rd_u8(&r);
-    uint64_t nk = rd_varint(&r);
-    const uint8_t *next = r.failed || nk > rd_left(&r) ? NULL : rd_bytes(&r, (size_t)nk);
+    snap_chunk ch;
     lsm_batch *b = lsm_batch_new();
-    strata_err err;
-    int rc = r.failed || b == NULL || applied < in->applied ? -1 : 0;
-    while (rc == 0 && rd_left(&r) > 0) {
-        uint64_t kl = rd_varint(&r);
-        const uint8_t *k = r.failed || kl > rd_left(&r) ? NULL : rd_bytes(&r, (size_t)kl);
-        uint64_t vl = rd_varint(&r);
-        const uint8_t *v = r.failed || vl > rd_left(&r) ? NULL : rd_bytes(&r, (size_t)vl);
-        if (k == NULL || v == NULL || lsm_batch_put(b, k, kl, v, vl, &err) < 0)
-            rc = -1;
-    }
+    strata_err err = {0};
+    int rc = b != NULL ? snap_chunk_to_batch(in->chunk, in->chunk_len, &ch, b, &err) : -1;
+    if (rc == 0 && ch.applied < in->applied)
+        rc = -1;
     uint8_t mk[13];
     lpart *lp = lpart_find(c, in->pid);
     partition_desc src = lp != NULL ? lp->desc : (partition_desc){0};
-    src.hash_lo = src_lo;
-    src.hash_hi = src_hi;
+    bool done = rc == 0 && ch.done;
+    if (rc == 0) {
+        src.hash_lo = ch.hash_lo;
+        src.hash_hi = ch.hash_hi;
+    }
     split_range rg = range_of(&src);
-    if (rc == 0 && (lp == NULL || src_lo > src_hi))
+    if (rc == 0 && lp == NULL)
         rc = -1;
     if (rc == 0 && done)
         rc = lsm_batch_delete(b, mk, install_mark_key(mk, in->pid), &err);
@@ -2053,9 +2075,9 @@ static void install_apply_chunk(install *in)
     if (rc == 0 && done)
         rc = range_put(b, in->pid, &rg, &err);
     if (rc == 0)
-        rc = lsm_write(c->engine, b, in->pid, done ? applied : 0, &err);
+        rc = lsm_write(c->engine, b, in->pid, done ? ch.applied : 0, &err);
     lsm_batch_free(b);
-    if (rc < 0 && !r.failed && err.code == ERR_BUSY) {
+    if (rc < 0 && err.code == ERR_BUSY) {
         lsm_on_writable(c->engine, on_engine_writable, c); /* reconcile() retries */
         return;
     }
@@ -2063,8 +2085,8 @@ static void install_apply_chunk(install *in)
         install_finish(in, -1);
         return;
     }
-    in->applied = applied;
-    if (done && (lp->desc.hash_lo != src_lo || lp->desc.hash_hi != src_hi)) {
+    in->applied = ch.applied;
+    if (done && (lp->desc.hash_lo != ch.hash_lo || lp->desc.hash_hi != ch.hash_hi)) {
         fprintf(stderr,
                 "stratad: partition %" PRIu64 " copied with its range as of the copy (split)\n",
                 in->pid);
@@ -2073,8 +2095,7 @@ static void install_apply_chunk(install *in)
     if (done)
         lp->split = SPLIT_NONE; /* the copy holds whatever a pending SPLIT would have made */
     buf_reset(&in->next_key);
-    if (next != NULL)
-        buf_append(&in->next_key, next, (size_t)nk);
+    buf_append(&in->next_key, ch.next, ch.next_len);
     free(in->chunk);
     in->chunk = NULL;
     if (done) {
@@ -2106,17 +2127,8 @@ static void on_chunk(void *ctx, int status, const strata_err *err, const uint8_t
 
 static void install_request(install *in)
 {
-    rcluster *c = in->c;
-    buf b;
-    buf_init(&b, 0);
-    buf_put_varint(&b, in->pid);
-    buf_put_varint(&b, in->session);
-    buf_append(&b, in->next_key.data, in->next_key.len);
-    strata_err err;
-    if (!b.failed && rpc_call(c->rpc, in->from, MSG_SNAP_CHUNK, b.data, b.len, ATTEMPT_DEADLINE_MS,
-                              on_chunk, in, &err) == 0)
-        in->in_flight = true;
-    buf_free(&b);
+    in->in_flight =
+        snap_chunk_call(in->c, in->from, in->pid, in->session, &in->next_key, on_chunk, in) == 0;
     if (!in->in_flight)
         install_finish(in, -1);
 }
@@ -2159,15 +2171,7 @@ static int fsm_install(void *ctx, uint64_t group, uint64_t index, uint64_t term,
             "stratad: partition %" PRIu64
             " is behind a compacted log: copying it from node %" PRIu64 "\n",
             group, from);
-    buf p;
-    buf_init(&p, 0);
-    buf_put_varint(&p, in->pid);
-    buf_put_varint(&p, in->session);
-    rc = p.failed ? -1
-                  : rpc_call(c->rpc, from, MSG_SNAP_CHUNK, p.data, p.len, ATTEMPT_DEADLINE_MS,
-                             on_chunk, in, &err);
-    buf_free(&p);
-    if (rc < 0) {
+    if (snap_chunk_call(c, from, in->pid, in->session, &in->next_key, on_chunk, in) < 0) {
         install_free(c, in);
         return -1;
     }
@@ -2276,26 +2280,24 @@ static void serve_snap_chunk(rcluster *c, uint64_t peer, const uint8_t *data, si
         size_t kl, vl;
         const uint8_t *k = lsm_iter_key(it, &kl);
         const uint8_t *v = lsm_iter_value(it, &vl);
-        buf_put_varint(&items, kl);
-        buf_append(&items, k, kl);
-        buf_put_varint(&items, vl);
-        buf_append(&items, v, vl);
+        snap_chunk_item_put(&items, k, kl, v, vl);
         buf_reset(&last);
         buf_append(&last, k, kl);
     }
     bool done = !lsm_iter_valid(it);
     int rc = lsm_iter_status(it, &err);
-    buf_put_varint(&out, s->applied);
-    buf_put_u64be(&out, s->desc.hash_lo);
-    buf_put_u64be(&out, s->desc.hash_hi);
-    buf_put_u8(&out, done ? 1 : 0);
     /* The next chunk starts just after the last key: that key followed by a 0 byte. */
-    buf_put_varint(&out, done ? 0 : last.len + 1);
-    if (!done) {
-        buf_append(&out, last.data, last.len);
-        buf_put_u8(&out, 0);
-    }
-    buf_append(&out, items.data, items.len);
+    if (!done)
+        buf_put_u8(&last, 0);
+    snap_chunk ch = {.applied = s->applied,
+                     .hash_lo = s->desc.hash_lo,
+                     .hash_hi = s->desc.hash_hi,
+                     .done = done,
+                     .next = last.data,
+                     .next_len = done ? 0 : last.len,
+                     .items = items.data,
+                     .items_len = items.len};
+    snap_chunk_encode(&ch, &out);
     lsm_iter_free(it);
     if (rc < 0)
         rpc_respond_error(resp, err.code, err.msg);
@@ -4414,35 +4416,19 @@ static void on_seed_flushed(void *arg, const strata_err *err)
 static void seed_apply_chunk(child_seed *s, const uint8_t *data, size_t len)
 {
     rcluster *c = s->c;
-    rd r;
-    rd_init(&r, data, len);
-    uint64_t applied = rd_varint(&r);
-    uint64_t src_lo = rd_u64be(&r), src_hi = rd_u64be(&r);
-    uint8_t done = rd_u8(&r);
-    uint64_t nk = rd_varint(&r);
-    const uint8_t *next = r.failed || nk > rd_left(&r) ? NULL : rd_bytes(&r, (size_t)nk);
-    if (r.failed || applied != 1 || src_lo != s->rg.hash_lo || src_hi != s->rg.hash_hi) {
-        seed_abandon(s, r.failed ? "a malformed chunk" : "the source's child went past entry 1");
-        return;
-    }
     const meta_partition *mp = meta_partition_find(c->meta, s->pid);
     if (mp == NULL || !meta_partition_has(mp, c->self, NULL) || lpart_find(c, s->pid) != NULL) {
         seed_abandon(s, "the map no longer gives this node the child, or it started");
         return;
     }
+    snap_chunk ch;
     lsm_batch *b = lsm_batch_new();
     strata_err err;
-    int rc = b != NULL ? 0 : strata_err_set(&err, ERR_NOMEM, "out of memory");
-    while (rc == 0 && rd_left(&r) > 0) {
-        uint64_t kl = rd_varint(&r);
-        const uint8_t *k = r.failed || kl > rd_left(&r) ? NULL : rd_bytes(&r, (size_t)kl);
-        uint64_t vl = rd_varint(&r);
-        const uint8_t *v = r.failed || vl > rd_left(&r) ? NULL : rd_bytes(&r, (size_t)vl);
-        if (k == NULL || v == NULL)
-            rc = strata_err_set(&err, ERR_CORRUPT, "a malformed chunk");
-        else
-            rc = lsm_batch_put(b, k, kl, v, vl, &err);
-    }
+    int rc = b != NULL ? snap_chunk_to_batch(data, len, &ch, b, &err)
+                       : strata_err_set(&err, ERR_NOMEM, "out of memory");
+    if (rc == 0 && (ch.applied != 1 || ch.hash_lo != s->rg.hash_lo || ch.hash_hi != s->rg.hash_hi))
+        rc = strata_err_set(&err, ERR_UNAVAILABLE, "the source's child went past entry 1");
+    bool done = rc == 0 && ch.done;
     if (rc == 0 && done)
         rc = range_put(b, s->pid, &s->rg, &err);
     if (rc == 0)
@@ -4453,8 +4439,7 @@ static void seed_apply_chunk(child_seed *s, const uint8_t *data, size_t len)
         return;
     }
     buf_reset(&s->next_key);
-    if (next != NULL)
-        buf_append(&s->next_key, next, (size_t)nk);
+    buf_append(&s->next_key, ch.next, ch.next_len);
     if (done) {
         s->in_flight = true;
         lsm_flush(c->engine, on_seed_flushed, s);
@@ -4479,17 +4464,8 @@ static void on_seed_chunk(void *ctx, int status, const strata_err *err, const ui
 
 static void seed_request(child_seed *s)
 {
-    rcluster *c = s->c;
-    buf b;
-    buf_init(&b, 0);
-    buf_put_varint(&b, s->pid);
-    buf_put_varint(&b, s->session);
-    buf_append(&b, s->next_key.data, s->next_key.len);
-    strata_err err;
-    if (!b.failed && rpc_call(c->rpc, s->from, MSG_SNAP_CHUNK, b.data, b.len, ATTEMPT_DEADLINE_MS,
-                              on_seed_chunk, s, &err) == 0)
-        s->in_flight = true;
-    buf_free(&b);
+    s->in_flight =
+        snap_chunk_call(s->c, s->from, s->pid, s->session, &s->next_key, on_seed_chunk, s) == 0;
     if (!s->in_flight)
         seed_abandon(s, "cannot ask the source");
 }
