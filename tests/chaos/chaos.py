@@ -507,6 +507,56 @@ def fault_kill9_lag(run, node, rng):
                 " (%s)" % ", ".join("p%s from n%s" % c for c in copies), fo.describe()))
 
 
+def post(node, path, body):
+    """POST body (a dict) to path on node's client port: the answer as a dict, or None."""
+    req = urllib.request.Request("http://%s:%d%s" % (node.host, node.port, path),
+                                 data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/x-amz-json-1.0"})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return json.loads(r.read())
+    except (OSError, ValueError):
+        return None
+
+
+def fault_split_kill9(run, node, rng):
+    # A partition of the table splits (POST /admin/split through another node) and within
+    # 50 ms, while the SPLIT may still be on its way through the parent's log, node dies
+    # (kill -9), down 0.2-2 s. A replica that crashes between storing the SPLIT and
+    # applying it, or before the SPLIT's flush, makes the child late: from the SPLIT
+    # replayed, from a copy of the child's first state (seed_child), or by joining it.
+    # The node must catch up, the child must get a leader, and the workload's keys stay
+    # linearizable across the MOVED answers.
+    before = {p["id"] for p in table_partitions(run)}
+    via = rng.choice([n for n in run.nodes if n is not node and n.alive()])
+    pid = rng.choice(sorted(before))
+    r = post(via, "/admin/split", {"partition": pid})
+    if r is None or "child" not in r:
+        raise Misbehaved("split of partition %d through node %d refused: %s"
+                         % (pid, via.index, r))
+    run.stop.wait(rng.uniform(0.0, 0.05))
+    fo = Failover(run, node)
+    node.kill9()
+    down = rng.uniform(0.2, 2.0)
+    fo.hold(down)
+    run.healed()
+    node.start()
+    back = wait_back(run, node)
+    t0 = time.monotonic()
+    child = r["child"]
+    if not poll_alive(run, lambda: child in {p["id"] for p in table_partitions(run)},
+                      LEADERS_DEADLINE_S):
+        raise Misbehaved("child %d of partition %d not in the map" % (child, pid))
+    wait_leaders(run)
+    led = time.monotonic() - t0
+    text = node.log_since_start()
+    seeded = len(re.findall(r"copied its first state from node", text))
+    return ("split p%d -> p%d through n%d, then down %.1fs, ready and caught up in %.1fs, "
+            "every partition led %.1fs later, %d partition copies, %d first states copied%s"
+            % (pid, child, via.index, down, back, led, len(copies_in_log(text)), seeded,
+               fo.describe()))
+
+
 def fault_pause(run, node, rng):
     # In a cluster, longer than the election timeout (1 s): the node's groups elect anew.
     hold = rng.uniform(1.5, 4.0) if run.cluster else rng.uniform(1.0, 4.0)
@@ -780,7 +830,8 @@ def sabotage_wipe(run, node, rng):
 
 FAULTS = {"kill9": fault_kill9, "pause": fault_pause, "stop": fault_stop}
 CLUSTER_FAULTS = {"kill9": fault_kill9, "kill9-lag": fault_kill9_lag, "pause": fault_pause,
-                  "stop": fault_stop, "drain-join": fault_drain_join}
+                  "stop": fault_stop, "drain-join": fault_drain_join,
+                  "split-kill9": fault_split_kill9}
 # Need a network namespace per node (--net netns): root only.
 NET_FAULTS = {"partition-az": fault_partition_az, "isolate-leader": fault_isolate_leader,
               "asymmetric": fault_asymmetric, "loss": fault_loss, "delay": fault_delay,
