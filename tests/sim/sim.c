@@ -146,9 +146,9 @@
  * at the split: no flush; no fix (c) of --splits, as stratad before seed_child; a learner
  * promoted before it is confirmed, with --learner-says; a moved replica dropped as soon as
  * its removal is decided rather than once a committed configuration leaves it out, as
- * stratad did when the map took it away) that the checks must catch. `--expect-fail 'A|B'` inverts
- * the verdict for such runs: exit 0 only if some seed failed and every failure's message contains A
- * or B (the checks meant to catch it).
+ * stratad did when the map took it away) that the checks must catch. `--expect-fail 'A|B'`
+ * inverts the verdict for such runs: exit 0 only if some seed failed and every failure's
+ * message contains A or B (the checks meant to catch it).
  */
 #include <inttypes.h>
 #include <stdarg.h>
