@@ -212,6 +212,17 @@ class ClusterNode(Node):
         except (OSError, ValueError):
             return None
 
+    def post(self, path, body, timeout=10):
+        """POST body (a dict) to path on the client port: the answer as a dict, or None."""
+        req = urllib.request.Request("http://%s:%d%s" % (self.host, self.port, path),
+                                     data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/x-amz-json-1.0"})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                return json.loads(r.read())
+        except (OSError, ValueError):
+            return None
+
     def local_parts(self, table):
         """{partition id: entry} of the table's partitions this node holds a replica of."""
         a = self.get("/admin/cluster") or {}
@@ -507,18 +518,6 @@ def fault_kill9_lag(run, node, rng):
                 " (%s)" % ", ".join("p%s from n%s" % c for c in copies), fo.describe()))
 
 
-def post(node, path, body):
-    """POST body (a dict) to path on node's client port: the answer as a dict, or None."""
-    req = urllib.request.Request("http://%s:%d%s" % (node.host, node.port, path),
-                                 data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/x-amz-json-1.0"})
-    try:
-        with urllib.request.urlopen(req, timeout=10) as r:
-            return json.loads(r.read())
-    except (OSError, ValueError):
-        return None
-
-
 def fault_split_kill9(run, node, rng):
     # A partition of the table splits (POST /admin/split through another node) and within
     # 50 ms, while the SPLIT may still be on its way through the parent's log, node dies
@@ -530,7 +529,7 @@ def fault_split_kill9(run, node, rng):
     before = {p["id"] for p in table_partitions(run)}
     via = rng.choice([n for n in run.nodes if n is not node and n.alive()])
     pid = rng.choice(sorted(before))
-    r = post(via, "/admin/split", {"partition": pid})
+    r = via.post("/admin/split", {"partition": pid})
     if r is None or "child" not in r:
         raise Misbehaved("split of partition %d through node %d refused: %s"
                          % (pid, via.index, r))
