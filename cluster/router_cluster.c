@@ -16,9 +16,9 @@
  *                     u64be hash_hi (the range the caller expects the replica to serve) |
  *                     raw read request -> raw result
  *   MSG_GROUP_STATUS  varint partition -> u8 bits: caught up (for promoting a learner),
- *                     feeds a joiner a whole state (before an empty replica joins), the
- *                     caller is out of the leader's configuration (before it drops a
- *                     replica the map took away)
+ *                     feeds a joiner a whole state and holds a child at its first state
+ *                     (before an empty replica joins), the caller is out of the leader's
+ *                     configuration (before it drops a replica the map took away)
  *   MSG_PART_STATS    item counts and sizes of the partitions the sender leads
  *                     (cluster/pstats.h), every STATS_PUSH_MS        (fire and forget)
  *   MSG_CAP_DEMAND    the capacity units each table wanted on the sender over the last
@@ -29,7 +29,8 @@
  *                     session's copy (cluster/snap_chunk.h)
  *   MSG_CHILD_SEED    varint partition -> the range record (split.h) of a child that a
  *                     SPLIT made on the answering node and that has applied nothing past
- *                     its first entry, or ERR_UNAVAILABLE (seed_child)
+ *                     its first entry, or ERR_UNAVAILABLE (seed_child, asked only of a
+ *                     member whose MSG_GROUP_STATUS answer said so)
  *
  * Snapshots. The log of a partition is compacted (raft_host_compact) up to what the
  * engine holds durably. A replica that needs compacted entries copies the partition from
@@ -172,6 +173,7 @@ enum {
 #define STATUS_FEEDS_WHOLE 2
 #define STATUS_HOLDS_WHOLE 4
 #define STATUS_RELEASED    8
+#define STATUS_FIRST_STATE 16
 #define RELEASE_ASK_MS     500 /* a replica the map took away asks its leader this often */
 /* The result of a write whose key the partition no longer owns (a split moved it): not
  * applied, so the router sends it again to the partition that owns it now. 0xFF starts
@@ -254,7 +256,15 @@ typedef struct join_check {
     unsigned pending;     /* answers still to come */
     bool refused;      /* a member may send entry 1 of a child, or did not answer */
     unsigned whole;    /* voters that answered STATUS_HOLDS_WHOLE */
+    uint64_t first_state; /* a member that answered STATUS_FIRST_STATE (0: none) */
 } join_check;
+
+/* One question of a join_check's round: to whom it went. */
+typedef struct {
+    join_check *jc;
+    uint64_t node;
+    bool voter;
+} join_ask;
 
 /* A copy of a child's first state into this node, which its SPLIT listed but which never
  * applied it (seed_child). */
@@ -262,8 +272,8 @@ typedef struct child_seed {
     struct child_seed *next;
     struct rcluster *c;
     uint64_t pid;
-    uint64_t asked_ms; /* when the last round of questions went out */
-    unsigned pending;  /* answers still to come */
+    uint64_t asked_ms; /* when a member was last asked for its record, or a copy ended */
+    uint64_t asked;    /* the member asked for its record (0: no question out) */
     uint64_t from;     /* the node copied from (0: no copy under way) */
     uint64_t session;  /* the copy session at the source (serve_snap_chunk) */
     split_range rg;    /* the source's range record: the child's range and members */
@@ -2825,10 +2835,41 @@ static bool node_released(const rcluster *c, uint64_t pid, uint64_t node)
     return node != 0 && raft_host_is_leader(c->host, pid) && config_leaves_out(c, pid, node);
 }
 
+/* Whether this node's replica of `pid` is a child that its SPLIT made here and that still
+ * holds its first state: it applied nothing past entry 1 (its configuration), so no
+ * leader of the child has committed anything yet, and its data is the parent's at the
+ * split, the same on every replica the SPLIT made. `rg` receives its range record. */
+static bool replica_first_state(rcluster *c, uint64_t pid, split_range *rg)
+{
+    lpart *lp = lpart_find(c, pid);
+    raft_host_group_stats st;
+    return lp != NULL && lp->child && !lp->poisoned && lp->split == SPLIT_NONE &&
+           raft_host_group_info(c->host, pid, &st, NULL) == 0 && !st.failed && !st.installing &&
+           st.applied_index == 1 && st.snapshot_index < 2 && range_read(c, pid, rg) == 1 &&
+           rg->n_members > 0;
+}
+
+static bool record_lists(const split_range *rg, uint64_t node)
+{
+    for (uint32_t k = 0; k < rg->n_members; k++)
+        if (rg->members[k].node == node)
+            return true;
+    return false;
+}
+
+/* Whether `node`, which asks, may copy this node's replica of `pid` as the child's first
+ * state (seed_child): the replica is at it and its record lists `node`. */
+static bool first_state_for(rcluster *c, uint64_t pid, uint64_t node)
+{
+    split_range rg;
+    return replica_first_state(c, pid, &rg) && record_lists(&rg, node);
+}
+
 /* MSG_GROUP_STATUS: varint partition -> u8 bits. STATUS_CAUGHT_UP: replica_promotable
  * (promotion). STATUS_FEEDS_WHOLE: replica_feeds_whole, STATUS_HOLDS_WHOLE:
  * replica_holds_whole (an empty replica's join, join_allowed). STATUS_RELEASED:
- * node_released for the caller (it may drop a replica the map took away). */
+ * node_released for the caller (it may drop a replica the map took away).
+ * STATUS_FIRST_STATE: first_state_for the caller (it may copy the child, seed_child). */
 static void serve_group_status(rcluster *c, uint64_t peer, const uint8_t *data, size_t len,
                                rpc_responder *resp)
 {
@@ -2844,21 +2885,9 @@ static void serve_group_status(rcluster *c, uint64_t peer, const uint8_t *data, 
         bits |= STATUS_HOLDS_WHOLE;
     if (!r.failed && node_released(c, pid, peer))
         bits |= STATUS_RELEASED;
+    if (!r.failed && first_state_for(c, pid, peer))
+        bits |= STATUS_FIRST_STATE;
     rpc_respond(resp, &bits, 1, NULL);
-}
-
-/* Whether this node's replica of `pid` is a child that its SPLIT made here and that still
- * holds its first state: it applied nothing past entry 1 (its configuration), so no
- * leader of the child has committed anything yet, and its data is the parent's at the
- * split, the same on every replica the SPLIT made. `rg` receives its range record. */
-static bool replica_first_state(rcluster *c, uint64_t pid, split_range *rg)
-{
-    lpart *lp = lpart_find(c, pid);
-    raft_host_group_stats st;
-    return lp != NULL && lp->child && !lp->poisoned && lp->split == SPLIT_NONE &&
-           raft_host_group_info(c->host, pid, &st, NULL) == 0 && !st.failed && !st.installing &&
-           st.applied_index == 1 && st.snapshot_index < 2 && range_read(c, pid, rg) == 1 &&
-           rg->n_members > 0;
 }
 
 static void serve_child_seed(rcluster *c, const uint8_t *data, size_t len, rpc_responder *resp)
@@ -4240,31 +4269,24 @@ static void join_check_free(rcluster *c, join_check *jc)
     free(jc);
 }
 
-static void join_status(join_check *jc, bool voter, int status, const uint8_t *data, size_t len)
+static void on_join_status(void *ctx, int status, const strata_err *err, const uint8_t *data,
+                           size_t len)
 {
+    join_ask *a = ctx;
+    join_check *jc = a->jc;
+    (void)err;
     jc->pending--;
     if (status != 0 || len != 1 || !(data[0] & STATUS_FEEDS_WHOLE))
         jc->refused = true;
-    else if (voter && (data[0] & STATUS_HOLDS_WHOLE))
+    else if (a->voter && (data[0] & STATUS_HOLDS_WHOLE))
         jc->whole++;
+    if (status == 0 && len == 1 && (data[0] & STATUS_FIRST_STATE))
+        jc->first_state = a->node;
+    free(a);
     if (jc->pending == 0 && !jc->c->closing) {
         jc->answered_ms = now_ms(jc->c);
         kick(jc->c); /* reconcile again with the answers */
     }
-}
-
-static void on_join_status(void *ctx, int status, const strata_err *err, const uint8_t *data,
-                           size_t len)
-{
-    (void)err;
-    join_status(ctx, false, status, data, len);
-}
-
-static void on_join_status_voter(void *ctx, int status, const strata_err *err, const uint8_t *data,
-                                 size_t len)
-{
-    (void)err;
-    join_status(ctx, true, status, data, len);
 }
 
 /* More than half of mp's voters answered that they hold it whole. */
@@ -4290,15 +4312,22 @@ static bool join_majority_whole(const meta_partition *mp, unsigned whole)
  * a time, at most every JOIN_CHECK_MS; a member that does not answer refuses. An
  * unreachable member is not asked (nor counted in the majority): it leads nobody now, and
  * a child's replica compacts its log whole once it applies an entry, before it can lead
- * a joiner in practice. */
-static bool join_allowed(rcluster *c, const meta_partition *mp)
+ * a joiner in practice. The same round tells whether a member holds the child at its
+ * first state for this node to copy (STATUS_FIRST_STATE): `*seed_from` receives one such
+ * member of the last round, once (else 0). */
+static bool join_allowed(rcluster *c, const meta_partition *mp, uint64_t *seed_from)
 {
     join_check *jc = c->join_checks;
     while (jc != NULL && jc->pid != mp->id)
         jc = jc->next;
     uint64_t now = now_ms(c);
+    *seed_from = 0;
     if (jc != NULL && jc->pending > 0)
         return false;
+    if (jc != NULL) {
+        *seed_from = jc->first_state;
+        jc->first_state = 0;
+    }
     if (jc != NULL && !jc->refused && jc->answered_ms != 0 &&
         now - jc->answered_ms < JOIN_CHECK_MS && join_majority_whole(mp, jc->whole)) {
         join_check_free(c, jc); /* a fresh round said yes */
@@ -4322,15 +4351,22 @@ static bool join_allowed(rcluster *c, const meta_partition *mp)
     buf_put_varint(&b, mp->id);
     for (uint32_t k = 0; k < mp->n_members && !b.failed; k++) {
         uint64_t node = mp->members[k].node;
+        join_ask *a;
         strata_err err;
         if (node == c->self || !node_usable(c, node))
             continue;
-        bool voter = mp->members[k].role == META_VOTER;
-        if (rpc_call(c->rpc, node, MSG_GROUP_STATUS, b.data, b.len, ATTEMPT_DEADLINE_MS,
-                     voter ? on_join_status_voter : on_join_status, jc, &err) < 0)
+        if ((a = malloc(sizeof *a)) == NULL) {
             jc->refused = true;
-        else
+            continue;
+        }
+        *a = (join_ask){jc, node, mp->members[k].role == META_VOTER};
+        if (rpc_call(c->rpc, node, MSG_GROUP_STATUS, b.data, b.len, ATTEMPT_DEADLINE_MS,
+                     on_join_status, a, &err) < 0) {
+            free(a);
+            jc->refused = true;
+        } else {
             jc->pending++;
+        }
     }
     jc->refused = jc->refused || b.failed;
     buf_free(&b);
@@ -4355,7 +4391,9 @@ static bool join_allowed(rcluster *c, const meta_partition *mp)
  *
  * So such a node copies the child's first state from a replica the SPLIT made while that
  * replica has applied nothing past entry 1 (replica_first_state): its data is then the
- * parent's at the split, the same on every replica the SPLIT made. The copy goes under the
+ * parent's at the split, the same on every replica the SPLIT made. It learns of such a
+ * replica from the round of questions it sends before joining empty anyway (join_allowed,
+ * STATUS_FIRST_STATE), and asks only that member for its record. The copy goes under the
  * child's range with the source's range record (the SPLIT's members), durably, and the
  * node then starts the child from that record (start_replica), bootstrapping the same
  * configuration at index 1, exactly as if it had applied the SPLIT: Raft sees one more
@@ -4385,7 +4423,7 @@ static void seed_abandon(child_seed *s, const char *why)
             " abandoned: %s\n",
             s->pid, s->from, why);
     s->from = 0;
-    s->asked_ms = now_ms(s->c); /* ask again after JOIN_CHECK_MS */
+    s->asked_ms = now_ms(s->c); /* start over after JOIN_CHECK_MS */
     kick(s->c);
 }
 
@@ -4498,29 +4536,14 @@ static void seed_start(child_seed *s, uint64_t from, const split_range *rg)
     seed_request(s);
 }
 
-typedef struct {
-    child_seed *s;
-    uint64_t node;
-} seed_ask;
-
-static bool record_lists(const split_range *rg, uint64_t node)
-{
-    for (uint32_t k = 0; k < rg->n_members; k++)
-        if (rg->members[k].node == node)
-            return true;
-    return false;
-}
-
 static void on_seed_answer(void *ctx, int status, const strata_err *err, const uint8_t *data,
                            size_t len)
 {
-    seed_ask *a = ctx;
-    child_seed *s = a->s;
-    uint64_t node = a->node;
+    child_seed *s = ctx;
+    uint64_t node = s->asked;
     rcluster *c = s->c;
-    free(a);
     (void)err;
-    s->pending--;
+    s->asked = 0;
     split_range rg;
     strata_err derr;
     if (status < 0 || c->closing || s->from != 0 || lpart_find(c, s->pid) != NULL ||
@@ -4531,27 +4554,32 @@ static void on_seed_answer(void *ctx, int status, const strata_err *err, const u
     seed_start(s, node, &rg);
 }
 
-/*
- * For start_replica, about to join `mp` empty: whether a copy of the child's first state
- * is under way here (the replica must wait for it). Meanwhile, at most every
- * JOIN_CHECK_MS, asks the members whether one holds `mp` as a child at its first state
- * (MSG_CHILD_SEED); the first that does and whose record lists this node is copied from.
- * Asking does not hold up the join: a partition that is not such a child joins as before.
- */
-static bool seed_child(rcluster *c, const meta_partition *mp)
+/* For start_replica, about to join `mp` empty with no record: whether a copy of the
+ * child's first state is under way here, or its source is being asked (the replica waits
+ * for it). */
+static bool seed_busy(const rcluster *c, uint64_t pid)
+{
+    for (const child_seed *s = c->seeds; s != NULL; s = s->next)
+        if (s->pid == pid)
+            return s->asked != 0 || s->from != 0 || s->in_flight;
+    return false;
+}
+
+/* For start_replica: `from` answered join_allowed's round that it holds `mp` as a child at
+ * its first state, whose record lists this node (STATUS_FIRST_STATE). Asks it for that
+ * record (MSG_CHILD_SEED); the answer starts the copy. At most every JOIN_CHECK_MS. */
+static void seed_child(rcluster *c, const meta_partition *mp, uint64_t from)
 {
     child_seed *s = c->seeds;
     while (s != NULL && s->pid != mp->id)
         s = s->next;
-    if (s != NULL && (s->from != 0 || s->in_flight))
-        return true;
     uint64_t now = now_ms(c);
-    if (s != NULL && (s->pending > 0 || now - s->asked_ms < JOIN_CHECK_MS))
-        return false;
+    if (s != NULL && now - s->asked_ms < JOIN_CHECK_MS)
+        return;
     if (s == NULL) {
         s = calloc(1, sizeof *s);
         if (s == NULL)
-            return false;
+            return;
         *s = (child_seed){.next = c->seeds, .c = c, .pid = mp->id};
         buf_init(&s->next_key, 0);
         c->seeds = s;
@@ -4560,21 +4588,11 @@ static bool seed_child(rcluster *c, const meta_partition *mp)
     buf b;
     buf_init(&b, 0);
     buf_put_varint(&b, mp->id);
-    for (uint32_t k = 0; k < mp->n_members && !b.failed; k++) {
-        uint64_t node = mp->members[k].node;
-        seed_ask *a;
-        strata_err err;
-        if (node == c->self || !node_usable(c, node) || (a = malloc(sizeof *a)) == NULL)
-            continue;
-        *a = (seed_ask){s, node};
-        if (rpc_call(c->rpc, node, MSG_CHILD_SEED, b.data, b.len, ATTEMPT_DEADLINE_MS,
-                     on_seed_answer, a, &err) < 0)
-            free(a);
-        else
-            s->pending++;
-    }
+    strata_err err;
+    if (!b.failed && rpc_call(c->rpc, from, MSG_CHILD_SEED, b.data, b.len, ATTEMPT_DEADLINE_MS,
+                              on_seed_answer, s, &err) == 0)
+        s->asked = from;
     buf_free(&b);
-    return false;
 }
 
 /* Forgets the questions of replicas that started or that the map took away. */
@@ -4585,7 +4603,7 @@ static void seeds_step(rcluster *c)
         const meta_partition *mp = meta_partition_find(c->meta, s->pid);
         bool wanted =
             mp != NULL && meta_partition_has(mp, c->self, NULL) && lpart_find(c, s->pid) == NULL;
-        if (!wanted && s->pending == 0 && !s->in_flight && s->from == 0)
+        if (!wanted && s->asked == 0 && !s->in_flight && s->from == 0)
             seed_free(c, s);
     }
 }
@@ -4632,10 +4650,19 @@ static void start_replica(rcluster *c, const meta_partition *mp, meta_role role)
     if (local_overlap(c, mp->id, d.table_id, d.hash_lo, d.hash_hi))
         return;
     bool bootstraps = (have && rg.n_members > 0) || (mp->epoch == 1 && role == META_VOTER);
-    /* No record at all: maybe a listed node that missed the child's SPLIT (seed_child). */
-    if (!bootstraps && lsm_durable_index(c->engine, mp->id) == 0 &&
-        ((!have && seed_child(c, mp)) || !join_allowed(c, mp)))
-        return;
+    if (!bootstraps && lsm_durable_index(c->engine, mp->id) == 0) {
+        /* No record at all: maybe a listed node that missed the child's SPLIT (seed_child). */
+        if (!have && seed_busy(c, mp->id))
+            return;
+        uint64_t seed_from;
+        bool allowed = join_allowed(c, mp, &seed_from);
+        if (!have && seed_from != 0) {
+            seed_child(c, mp, seed_from);
+            return;
+        }
+        if (!allowed)
+            return;
+    }
     strata_err err;
     if (!have) {
         rg = range_of(&d);
