@@ -152,6 +152,10 @@ typedef struct {
      * when a replica here applies a SPLIT, as a crash between storing a committed entry
      * and applying it would. Tests use it to make a node miss a SPLIT for sure. */
     bool test_exit_on_split;
+    /* A test hook (STRATA_TEST_SEED_ABANDON=N, node/main.c): the first N copies of a
+     * child's first state that this node makes (seed_child) are abandoned at their last
+     * chunk, its items written but not the range record, as a copy cut short would be. */
+    unsigned test_seed_abandons;
 } router_cluster_config;
 
 typedef struct {

@@ -279,6 +279,7 @@ typedef struct child_seed {
     split_range rg;    /* the source's range record: the child's range and members */
     buf next_key;      /* where the next chunk starts (empty: the first) */
     bool in_flight;    /* a chunk request or the final flush is under way */
+    bool unflushed;    /* the copy is written but its flush failed: flush again (seeds_step) */
 } child_seed;
 
 /* A snapshot copy into this node (fsm.install). */
@@ -436,7 +437,8 @@ struct rcluster {
     uint64_t replace_after_ms;   /* replicas of a node DOWN this long are re-created */
     uint64_t split_size_bytes;   /* automatic splits (router_cluster_config); 0: never */
     uint64_t split_heat_ms;
-    bool test_exit_on_split; /* router_cluster_config's test hook */
+    bool test_exit_on_split; /* router_cluster_config's test hooks */
+    unsigned test_seed_abandons;
     unsigned heartbeat_ms; /* the partition groups' (raft_host's default: 100) */
     bool sched_busy;             /* the scheduler waits for its last command or probe */
     unsigned transfers;          /* leadership transfers in flight from this node */
@@ -4437,7 +4439,15 @@ static void on_seed_flushed(void *arg, const strata_err *err)
     if (c->closing)
         return;
     if (err != NULL && err->code != ERR_NONE) {
-        seed_abandon(s, err->msg);
+        /* The record is in the memtable now: abandoning would let start_replica start the
+         * child from it although it is not durable. The replica waits for a flush that
+         * succeeds instead (a failed engine stops the node: node/main.c). */
+        fprintf(stderr,
+                "stratad: partition %" PRIu64 ": flushing the copy of its first state failed: "
+                "%s; flushing again\n",
+                s->pid, err->msg);
+        s->unflushed = true;
+        s->asked_ms = now_ms(c);
         return;
     }
     fprintf(stderr,
@@ -4467,11 +4477,16 @@ static void seed_apply_chunk(child_seed *s, const uint8_t *data, size_t len)
     if (rc == 0 && (ch.applied != 1 || ch.hash_lo != s->rg.hash_lo || ch.hash_hi != s->rg.hash_hi))
         rc = strata_err_set(&err, ERR_UNAVAILABLE, "the source's child went past entry 1");
     bool done = rc == 0 && ch.done;
-    if (rc == 0 && done)
+    bool cut = done && c->test_seed_abandons > 0; /* router_cluster_config's test hook */
+    if (rc == 0 && done && !cut)
         rc = range_put(b, s->pid, &s->rg, &err);
     if (rc == 0)
-        rc = lsm_write(c->engine, b, done ? s->pid : 0, done ? 1 : 0, &err);
+        rc = lsm_write(c->engine, b, done && !cut ? s->pid : 0, done && !cut ? 1 : 0, &err);
     lsm_batch_free(b);
+    if (rc == 0 && cut) {
+        c->test_seed_abandons--;
+        rc = strata_err_set(&err, ERR_UNAVAILABLE, "cut short (STRATA_TEST_SEED_ABANDON)");
+    }
     if (rc < 0) {
         seed_abandon(s, err.msg); /* ERR_BUSY too: the next round starts over */
         return;
@@ -4595,11 +4610,18 @@ static void seed_child(rcluster *c, const meta_partition *mp, uint64_t from)
     buf_free(&b);
 }
 
-/* Forgets the questions of replicas that started or that the map took away. */
+/* Forgets the questions of replicas that started or that the map took away; flushes again
+ * a copy whose flush failed, every JOIN_CHECK_MS. */
 static void seeds_step(rcluster *c)
 {
     for (child_seed *s = c->seeds, *next; s != NULL; s = next) {
         next = s->next;
+        if (s->unflushed && !s->in_flight && now_ms(c) - s->asked_ms >= JOIN_CHECK_MS) {
+            s->unflushed = false;
+            s->in_flight = true;
+            lsm_flush(c->engine, on_seed_flushed, s);
+            continue;
+        }
         const meta_partition *mp = meta_partition_find(c->meta, s->pid);
         bool wanted =
             mp != NULL && meta_partition_has(mp, c->self, NULL) && lpart_find(c, s->pid) == NULL;
@@ -6037,6 +6059,7 @@ rcluster *rcluster_open(const router_config *cfg, strata_err *err)
     c->split_size_bytes = cc->split_size_bytes;
     c->split_heat_ms = cc->split_heat_ms;
     c->test_exit_on_split = cc->test_exit_on_split;
+    c->test_seed_abandons = cc->test_seed_abandons;
     c->heartbeat_ms = cc->heartbeat_timeout_ms ? cc->heartbeat_timeout_ms : 100;
     c->bootstrap = cc->bootstrap;
     c->expect = cc->bootstrap_expect > 0 ? cc->bootstrap_expect : 3;

@@ -93,6 +93,10 @@ static void cluster_settings_fill(cluster_settings *cs, const stratad_config *cf
     /* A test hook: see router_cluster_config.test_exit_on_split. */
     const char *ex = getenv("STRATA_TEST_EXIT_ON_SPLIT");
     cs->rc.test_exit_on_split = ex != NULL && strcmp(ex, "1") == 0;
+    /* A test hook: see router_cluster_config.test_seed_abandons. */
+    const char *sa = getenv("STRATA_TEST_SEED_ABANDON");
+    if (sa != NULL)
+        cs->rc.test_seed_abandons = (unsigned)strtoul(sa, NULL, 10);
 }
 
 /* In a cluster the router's own handles (peer connections, Raft timers) keep the loop

@@ -16,10 +16,13 @@ Usage: split_missed.py STRATAD
  2. Items while D is down, until L has compacted P's log past D's last entry.
  3. P splits. The SPLIT commits on L and F (the other one), F exits applying it (status
     86), L applies it alone: the child C has one replica, of three voters.
- 4. D restarts (no hook): it copies P from L, taken after the split (its log says so), so
-    it never applies the SPLIT either. It copies C's first state from L instead (its log
-    says so), starts C as the SPLIT would have, and C elects a leader: writes to C's half
-    succeed, and every item (C's half included) reads back through D.
+ 4. D restarts with STRATA_TEST_SEED_ABANDON=1 instead: it copies P from L, taken after
+    the split (its log says so), so it never applies the SPLIT either. It copies C's first
+    state from L instead; the hook cuts the first copy short at its last chunk (items
+    written, no range record), so D abandons it (its log says so), asks again and copies
+    it whole the second time (its log says so). It starts C as the SPLIT would have, and C
+    elects a leader: writes to C's half succeed, and every item (C's half included) reads
+    back through D.
  5. More items, until P's log is compacted past F's last entry. F restarts (no hook): it
     copies P too, and joins C empty once C's log is compacted whole (it has a leader and
     applied its no-op by then), getting a copy of C.
@@ -39,6 +42,7 @@ import split as sp
 
 HOOK = "STRATA_TEST_EXIT_ON_SPLIT"
 HOOK_EXIT = 86
+SEED_HOOK = "STRATA_TEST_SEED_ABANDON"
 
 
 def put_items(nodes, acked, prefix, n):
@@ -109,12 +113,12 @@ def compacted_past(node, pid, index):
     return local_state(node, pid).get("snapshot_index", 0) > index + 128
 
 
-def start_with_hook(node, stratad):
-    os.environ[HOOK] = "1"
+def start_with_hook(node, stratad, hook=HOOK):
+    os.environ[hook] = "1"
     try:
         node.start(stratad)
     finally:
-        del os.environ[HOOK]
+        del os.environ[hook]
 
 
 def caught_up(nodes, pid):
@@ -179,24 +183,28 @@ def main():
         sp.log("2-3) node %d down for %d writes; split %d -> %d: node %d exited applying the "
                "SPLIT, node %d made the child alone" % (D.id, nb, pid, cid, F.id, L.id))
 
-        # 4. D returns: a copy of P past the split, then C's first state from L.
+        # 4. D returns: a copy of P past the split, then C's first state from L, the first
+        # attempt cut short by the hook.
         d_log = log_size(D)
-        D.start(stratad)
+        start_with_hook(D, stratad, SEED_HOOK)
         sp.poll(lambda: leader_of(L, cid) != 0 and leader_of(D, cid) != 0,
                 "child %d elects a leader (two of its three voters made it)" % cid, 90)
         text = log_since(D, d_log)
         assert "partition %d is behind a compacted log" % pid in text, \
             "node %d did not copy P (so it may have applied the SPLIT itself)" % D.id
+        cut = text.find("partition %d: copy of its first state from node %d abandoned: cut "
+                        "short" % (cid, L.id))
+        assert cut >= 0, "node %d did not abandon its first copy (the hook)" % D.id
         assert "partition %d: its SPLIT was not applied here; copied its first state" % cid \
-            in text, "node %d did not copy the child's first state" % D.id
+            in text[cut:], "node %d did not copy the child's first state again" % D.id
         put_items([L, D], acked, "c", 300)
         for k, v in acked.items():
             got = sp.client(D.url).get_item(TableName=sp.TABLE, Key={"pk": {"S": k}},
                                             ConsistentRead=True)
             assert got.get("Item", {}).get("v", {}).get("S") == v, (k, got)
-        sp.log("4) node %d copied P after the split and the child's first state from node %d; "
-               "the child has a leader, %d items read back through node %d"
-               % (D.id, L.id, len(acked), D.id))
+        sp.log("4) node %d copied P after the split and the child's first state from node %d "
+               "(the second copy: the hook cut the first short); the child has a leader, %d "
+               "items read back through node %d" % (D.id, L.id, len(acked), D.id))
 
         # 5. P's log moves past F's end; F returns and joins the child empty.
         nd = write_until([L, D], acked, "d", lambda: compacted_past(L, pid, f_end),
