@@ -1329,21 +1329,33 @@ static void writes_cover_whole_blocks(void **state)
     assert_true(st.last_seq >= 2); /* the 64 KiB segments rolled */
 }
 
-/* The test binary links with -Wl,--wrap=pread64 (meson.build; pread is pread64 with 64-bit
- * file offsets): while fail_tail_read is set,
- * the next read shorter than a page (recovery's read of the tail block; segments are read
- * whole) fails with EIO, once. */
+/* The test binary links with -Wl,--wrap=pread64 and --wrap=pread (meson.build; glibc's
+ * pread is pread64 where file offsets are 64-bit): while fail_tail_read is set, the next
+ * read shorter than a page (recovery's read of the tail block; segments are read whole)
+ * fails with EIO, once. */
 static bool fail_tail_read;
+
+static bool fail_this_read(size_t count)
+{
+    if (!fail_tail_read || count == 0 || count >= 4096)
+        return false;
+    fail_tail_read = false;
+    errno = EIO;
+    return true;
+}
+
 ssize_t __real_pread64(int fd, void *buf, size_t count, off_t off);
 ssize_t __wrap_pread64(int fd, void *buf, size_t count, off_t off);
 ssize_t __wrap_pread64(int fd, void *buf, size_t count, off_t off)
 {
-    if (fail_tail_read && count > 0 && count < 4096) {
-        fail_tail_read = false;
-        errno = EIO;
-        return -1;
-    }
-    return __real_pread64(fd, buf, count, off);
+    return fail_this_read(count) ? -1 : __real_pread64(fd, buf, count, off);
+}
+
+ssize_t __real_pread(int fd, void *buf, size_t count, off_t off);
+ssize_t __wrap_pread(int fd, void *buf, size_t count, off_t off);
+ssize_t __wrap_pread(int fd, void *buf, size_t count, off_t off)
+{
+    return fail_this_read(count) ? -1 : __real_pread(fd, buf, count, off);
 }
 
 /* When recovery cannot read the written part of the tail block, the log does not know the
