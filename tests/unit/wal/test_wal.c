@@ -1360,10 +1360,11 @@ ssize_t __wrap_pread(int fd, void *buf, size_t count, off_t off)
 
 /* When recovery cannot read the written part of the tail block, the log does not know the
  * bytes in front of its next write: that write starts inside the block, unaligned (the
- * kernel reads the block first), which costs time, not correctness. Writes are aligned
- * again once one ends in a block it wrote whole from its own bytes, and every entry reads
- * back after the next reopen. */
-static void unread_tail_block_costs_one_unaligned_write(void **state)
+ * kernel reads the block first), which costs time, not correctness. So is every write that
+ * ends in that block still; the first that ends past it leaves a tail block written from
+ * its own bytes, and every write after it is aligned again (here 6 were not). Every entry
+ * reads back, also after the next reopen. */
+static void unread_tail_block_costs_unaligned_writes_until_it_fills(void **state)
 {
     fixture *f = *state;
     reopen(f);
@@ -1383,8 +1384,7 @@ static void unread_tail_block_costs_one_unaligned_write(void **state)
         wal_get_stats(f->w, &st);
         if (i == 0)
             assert_int_equal(st.unaligned_writes, 1);
-        /* Each entry is over 100 bytes: 9 of them cross a 4 KiB block at most once, so
-         * after a few batches one has ended in a block it wrote from its start. */
+        /* Entries of 1-300 bytes, 1-9 a batch: a few batches fill the block. */
         if (i >= 10 && st.unaligned_writes > 10)
             fail_msg("%llu unaligned writes after %d batches",
                      (unsigned long long)st.unaligned_writes, i + 1);
@@ -1450,8 +1450,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(unwritten_sector_in_last_batch_is_a_torn_tail, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(writes_cover_whole_blocks, setup, teardown),
-        cmocka_unit_test_setup_teardown(unread_tail_block_costs_one_unaligned_write, setup,
-                                        teardown),
+        cmocka_unit_test_setup_teardown(unread_tail_block_costs_unaligned_writes_until_it_fills,
+                                        setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
