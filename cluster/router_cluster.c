@@ -1295,15 +1295,22 @@ static void on_remote_read(void *ctx, int status, const strata_err *err, const u
 
 /* A local replica that may serve an eventually consistent read: it follows a known
  * leader, has applied everything it knows to be committed, and at least `min_index`
- * (the last write the asking router saw). */
+ * (the last write the asking router saw). `st` receives its figures. */
+static bool replica_fresh_stats(const rcluster *c, uint64_t pid, uint64_t min_index,
+                                raft_host_group_stats *st)
+{
+    const lpart *lp = lpart_find(c, pid);
+    if (lp == NULL || raft_host_group_info(c->host, pid, st, NULL) < 0)
+        return false;
+    return !st->failed && !st->installing && !lp->poisoned && st->leader != 0 &&
+           st->applied_index >= st->commit_index && st->commit_index > 0 &&
+           st->applied_index >= min_index;
+}
+
 static bool local_replica_fresh(const rcluster *c, uint64_t pid, uint64_t min_index)
 {
     raft_host_group_stats st;
-    if (lpart_find(c, pid) == NULL || raft_host_group_info(c->host, pid, &st, NULL) < 0)
-        return false;
-    return !st.failed && !st.installing && !lpart_find(c, pid)->poisoned && st.leader != 0 &&
-           st.applied_index >= st.commit_index && st.commit_index > 0 &&
-           st.applied_index >= min_index;
+    return replica_fresh_stats(c, pid, min_index, &st);
 }
 
 static uint64_t pick_replica(rcluster *c, const meta_partition *mp, unsigned attempt)
@@ -2810,8 +2817,7 @@ static bool replica_holds_whole(rcluster *c, uint64_t pid)
 static bool replica_promotable(const rcluster *c, uint64_t pid)
 {
     raft_host_group_stats st;
-    return local_replica_fresh(c, pid, 0) && raft_host_group_info(c->host, pid, &st, NULL) == 0 &&
-           !st.unconfirmed;
+    return replica_fresh_stats(c, pid, 0, &st) && !st.unconfirmed;
 }
 
 /* Whether the configuration of `pid` this node holds is committed (no change pending)
