@@ -18,7 +18,8 @@
  *   MSG_GROUP_STATUS  varint partition -> u8 bits: caught up (for promoting a learner),
  *                     feeds a joiner a whole state and holds a child at its first state
  *                     (before an empty replica joins), the caller is out of the leader's
- *                     configuration (before it drops a replica the map took away)
+ *                     configuration (before it drops a replica the map took away); with
+ *                     the first-state bit, the child's range record (split.h) follows
  *   MSG_PART_STATS    item counts and sizes of the partitions the sender leads
  *                     (cluster/pstats.h), every STATS_PUSH_MS        (fire and forget)
  *   MSG_CAP_DEMAND    the capacity units each table wanted on the sender over the last
@@ -27,10 +28,6 @@
  *                     eventual reads                                 (fire and forget)
  *   MSG_SNAP_CHUNK    varint partition | varint session | start key -> a chunk of the
  *                     session's copy (cluster/snap_chunk.h)
- *   MSG_CHILD_SEED    varint partition -> the range record (split.h) of a child that a
- *                     SPLIT made on the answering node and that has applied nothing past
- *                     its first entry, or ERR_UNAVAILABLE (seed_child, asked only of a
- *                     member whose MSG_GROUP_STATUS answer said so)
  *
  * Snapshots. The log of a partition is compacted (raft_host_compact) up to what the
  * engine holds durably. A replica that needs compacted entries copies the partition from
@@ -90,7 +87,7 @@ enum {
     MSG_PART_STATS = 9,
     MSG_CAP_DEMAND = 10,
     MSG_LEAVING = 11,
-    MSG_CHILD_SEED = 12,
+    /* 12 was MSG_CHILD_SEED (the record now comes with MSG_GROUP_STATUS): not reused */
 };
 
 #define META_GROUP           0
@@ -257,6 +254,7 @@ typedef struct join_check {
     bool refused;      /* a member may send entry 1 of a child, or did not answer */
     unsigned whole;    /* voters that answered STATUS_HOLDS_WHOLE */
     uint64_t first_state; /* a member that answered STATUS_FIRST_STATE (0: none) */
+    split_range first_rg; /* and the record it sent with it */
 } join_check;
 
 /* One question of a join_check's round: to whom it went. */
@@ -272,8 +270,7 @@ typedef struct child_seed {
     struct child_seed *next;
     struct rcluster *c;
     uint64_t pid;
-    uint64_t asked_ms; /* when a member was last asked for its record, or a copy ended */
-    uint64_t asked;    /* the member asked for its record (0: no question out) */
+    uint64_t tried_ms; /* when the last copy started or ended */
     uint64_t from;     /* the node copied from (0: no copy under way) */
     uint64_t session;  /* the copy session at the source (serve_snap_chunk) */
     split_range rg;    /* the source's range record: the child's range and members */
@@ -2866,18 +2863,18 @@ static bool record_lists(const split_range *rg, uint64_t node)
 }
 
 /* Whether `node`, which asks, may copy this node's replica of `pid` as the child's first
- * state (seed_child): the replica is at it and its record lists `node`. */
-static bool first_state_for(rcluster *c, uint64_t pid, uint64_t node)
+ * state (seed_child): the replica is at it and its record `rg` lists `node`. */
+static bool first_state_for(rcluster *c, uint64_t pid, uint64_t node, split_range *rg)
 {
-    split_range rg;
-    return replica_first_state(c, pid, &rg) && record_lists(&rg, node);
+    return replica_first_state(c, pid, rg) && record_lists(rg, node);
 }
 
 /* MSG_GROUP_STATUS: varint partition -> u8 bits. STATUS_CAUGHT_UP: replica_promotable
  * (promotion). STATUS_FEEDS_WHOLE: replica_feeds_whole, STATUS_HOLDS_WHOLE:
  * replica_holds_whole (an empty replica's join, join_allowed). STATUS_RELEASED:
  * node_released for the caller (it may drop a replica the map took away).
- * STATUS_FIRST_STATE: first_state_for the caller (it may copy the child, seed_child). */
+ * STATUS_FIRST_STATE: first_state_for the caller (it may copy the child, seed_child),
+ * followed by the replica's range record. */
 static void serve_group_status(rcluster *c, uint64_t peer, const uint8_t *data, size_t len,
                                rpc_responder *resp)
 {
@@ -2893,25 +2890,20 @@ static void serve_group_status(rcluster *c, uint64_t peer, const uint8_t *data, 
         bits |= STATUS_HOLDS_WHOLE;
     if (!r.failed && node_released(c, pid, peer))
         bits |= STATUS_RELEASED;
-    if (!r.failed && first_state_for(c, pid, peer))
-        bits |= STATUS_FIRST_STATE;
-    rpc_respond(resp, &bits, 1, NULL);
-}
-
-static void serve_child_seed(rcluster *c, const uint8_t *data, size_t len, rpc_responder *resp)
-{
-    rd r;
-    rd_init(&r, data, len);
-    uint64_t pid = rd_varint(&r);
     split_range rg;
-    strata_err err;
     buf out;
     buf_init(&out, 0);
-    if (r.failed || c->host == NULL || !replica_first_state(c, pid, &rg))
-        rpc_respond_error(resp, ERR_UNAVAILABLE,
-                          "no replica of that child at its first state here");
-    else if (split_range_encode(&rg, &out, &err) < 0)
-        rpc_respond_error(resp, err.code, err.msg);
+    buf_put_u8(&out, bits);
+    if (!r.failed && first_state_for(c, pid, peer, &rg)) {
+        strata_err err;
+        size_t at = out.len;
+        if (split_range_encode(&rg, &out, &err) == 0)
+            out.data[0] |= STATUS_FIRST_STATE;
+        else
+            out.len = at; /* the copy waits for the next question */
+    }
+    if (out.failed)
+        rpc_respond_error(resp, ERR_NOMEM, "out of memory");
     else
         rpc_respond(resp, out.data, out.len, NULL);
     buf_free(&out);
@@ -2947,7 +2939,7 @@ static void on_group_status(void *ctx, int status, const strata_err *err, const 
     rcluster *c = p->c;
     (void)err;
     c->sched_busy = false;
-    if (status == 0 && len == 1 && (data[0] & STATUS_CAUGHT_UP) && !c->closing) {
+    if (status == 0 && len >= 1 && (data[0] & STATUS_CAUGHT_UP) && !c->closing) {
         meta_cmd cmd = {.kind = META_CMD_PROMOTE,
                         .partition_id = p->pid,
                         .epoch = p->epoch,
@@ -3964,9 +3956,6 @@ static void on_request(void *ctx, uint64_t peer, uint32_t type, const uint8_t *d
     case MSG_GROUP_STATUS:
         serve_group_status(c, peer, data, len, resp);
         return;
-    case MSG_CHILD_SEED:
-        serve_child_seed(c, data, len, resp);
-        return;
     }
     rpc_respond_error(resp, ERR_UNKNOWN_OPERATION, "unknown request type");
 }
@@ -4284,12 +4273,18 @@ static void on_join_status(void *ctx, int status, const strata_err *err, const u
     join_check *jc = a->jc;
     (void)err;
     jc->pending--;
-    if (status != 0 || len != 1 || !(data[0] & STATUS_FEEDS_WHOLE))
+    if (status != 0 || len < 1 || !(data[0] & STATUS_FEEDS_WHOLE))
         jc->refused = true;
     else if (a->voter && (data[0] & STATUS_HOLDS_WHOLE))
         jc->whole++;
-    if (status == 0 && len == 1 && (data[0] & STATUS_FIRST_STATE))
+    split_range rg;
+    strata_err derr;
+    if (status == 0 && len > 1 && (data[0] & STATUS_FIRST_STATE) &&
+        split_range_decode(data + 1, len - 1, &rg, &derr) == 0 && rg.n_members > 0 &&
+        record_lists(&rg, jc->c->self)) {
         jc->first_state = a->node;
+        jc->first_rg = rg;
+    }
     free(a);
     if (jc->pending == 0 && !jc->c->closing) {
         jc->answered_ms = now_ms(jc->c);
@@ -4322,8 +4317,9 @@ static bool join_majority_whole(const meta_partition *mp, unsigned whole)
  * a child's replica compacts its log whole once it applies an entry, before it can lead
  * a joiner in practice. The same round tells whether a member holds the child at its
  * first state for this node to copy (STATUS_FIRST_STATE): `*seed_from` receives one such
- * member of the last round, once (else 0). */
-static bool join_allowed(rcluster *c, const meta_partition *mp, uint64_t *seed_from)
+ * member of the last round, once (else 0), and `seed_rg` the record it sent. */
+static bool join_allowed(rcluster *c, const meta_partition *mp, uint64_t *seed_from,
+                         split_range *seed_rg)
 {
     join_check *jc = c->join_checks;
     while (jc != NULL && jc->pid != mp->id)
@@ -4334,6 +4330,7 @@ static bool join_allowed(rcluster *c, const meta_partition *mp, uint64_t *seed_f
         return false;
     if (jc != NULL) {
         *seed_from = jc->first_state;
+        *seed_rg = jc->first_rg;
         jc->first_state = 0;
     }
     if (jc != NULL && !jc->refused && jc->answered_ms != 0 &&
@@ -4401,7 +4398,7 @@ static bool join_allowed(rcluster *c, const meta_partition *mp, uint64_t *seed_f
  * replica has applied nothing past entry 1 (replica_first_state): its data is then the
  * parent's at the split, the same on every replica the SPLIT made. It learns of such a
  * replica from the round of questions it sends before joining empty anyway (join_allowed,
- * STATUS_FIRST_STATE), and asks only that member for its record. The copy goes under the
+ * STATUS_FIRST_STATE), whose answer brings the replica's record. The copy goes under the
  * child's range with the source's range record (the SPLIT's members), durably, and the
  * node then starts the child from that record (start_replica), bootstrapping the same
  * configuration at index 1, exactly as if it had applied the SPLIT: Raft sees one more
@@ -4431,7 +4428,7 @@ static void seed_abandon(child_seed *s, const char *why)
             " abandoned: %s\n",
             s->pid, s->from, why);
     s->from = 0;
-    s->asked_ms = now_ms(s->c); /* start over after JOIN_CHECK_MS */
+    s->tried_ms = now_ms(s->c); /* start over after JOIN_CHECK_MS */
     kick(s->c);
 }
 
@@ -4453,7 +4450,7 @@ static void on_seed_flushed(void *arg, const strata_err *err)
                 "%s; flushing again\n",
                 s->pid, err->msg);
         s->unflushed = true;
-        s->asked_ms = now_ms(c);
+        s->tried_ms = now_ms(c);
         return;
     }
     fprintf(stderr,
@@ -4557,45 +4554,27 @@ static void seed_start(child_seed *s, uint64_t from, const split_range *rg)
     seed_request(s);
 }
 
-static void on_seed_answer(void *ctx, int status, const strata_err *err, const uint8_t *data,
-                           size_t len)
-{
-    child_seed *s = ctx;
-    uint64_t node = s->asked;
-    rcluster *c = s->c;
-    (void)err;
-    s->asked = 0;
-    split_range rg;
-    strata_err derr;
-    if (status < 0 || c->closing || s->from != 0 || lpart_find(c, s->pid) != NULL ||
-        split_range_decode(data, len, &rg, &derr) < 0 || rg.n_members == 0 ||
-        !record_lists(&rg, c->self) ||
-        local_overlap(c, s->pid, rg.table_id, rg.hash_lo, rg.hash_hi))
-        return;
-    seed_start(s, node, &rg);
-}
-
 /* For start_replica, about to join `mp` empty with no record: whether a copy of the
- * child's first state is under way here, or its source is being asked (the replica waits
- * for it). */
+ * child's first state is under way here (the replica waits for it). */
 static bool seed_busy(const rcluster *c, uint64_t pid)
 {
     for (const child_seed *s = c->seeds; s != NULL; s = s->next)
         if (s->pid == pid)
-            return s->asked != 0 || s->from != 0 || s->in_flight;
+            return s->from != 0 || s->in_flight;
     return false;
 }
 
 /* For start_replica: `from` answered join_allowed's round that it holds `mp` as a child at
- * its first state, whose record lists this node (STATUS_FIRST_STATE). Asks it for that
- * record (MSG_CHILD_SEED); the answer starts the copy. At most every JOIN_CHECK_MS. */
-static void seed_child(rcluster *c, const meta_partition *mp, uint64_t from)
+ * its first state, with its record `rg`, which lists this node (STATUS_FIRST_STATE).
+ * Starts the copy, at most every JOIN_CHECK_MS. */
+static void seed_child(rcluster *c, const meta_partition *mp, uint64_t from, const split_range *rg)
 {
     child_seed *s = c->seeds;
     while (s != NULL && s->pid != mp->id)
         s = s->next;
     uint64_t now = now_ms(c);
-    if (s != NULL && now - s->asked_ms < JOIN_CHECK_MS)
+    if ((s != NULL && now - s->tried_ms < JOIN_CHECK_MS) ||
+        local_overlap(c, mp->id, rg->table_id, rg->hash_lo, rg->hash_hi))
         return;
     if (s == NULL) {
         s = calloc(1, sizeof *s);
@@ -4605,24 +4584,17 @@ static void seed_child(rcluster *c, const meta_partition *mp, uint64_t from)
         buf_init(&s->next_key, 0);
         c->seeds = s;
     }
-    s->asked_ms = now;
-    buf b;
-    buf_init(&b, 0);
-    buf_put_varint(&b, mp->id);
-    strata_err err;
-    if (!b.failed && rpc_call(c->rpc, from, MSG_CHILD_SEED, b.data, b.len, ATTEMPT_DEADLINE_MS,
-                              on_seed_answer, s, &err) == 0)
-        s->asked = from;
-    buf_free(&b);
+    s->tried_ms = now;
+    seed_start(s, from, rg);
 }
 
-/* Forgets the questions of replicas that started or that the map took away; flushes again
+/* Forgets the copies of replicas that started or that the map took away; flushes again
  * a copy whose flush failed, every JOIN_CHECK_MS. */
 static void seeds_step(rcluster *c)
 {
     for (child_seed *s = c->seeds, *next; s != NULL; s = next) {
         next = s->next;
-        if (s->unflushed && !s->in_flight && now_ms(c) - s->asked_ms >= JOIN_CHECK_MS) {
+        if (s->unflushed && !s->in_flight && now_ms(c) - s->tried_ms >= JOIN_CHECK_MS) {
             s->unflushed = false;
             s->in_flight = true;
             lsm_flush(c->engine, on_seed_flushed, s);
@@ -4631,7 +4603,7 @@ static void seeds_step(rcluster *c)
         const meta_partition *mp = meta_partition_find(c->meta, s->pid);
         bool wanted =
             mp != NULL && meta_partition_has(mp, c->self, NULL) && lpart_find(c, s->pid) == NULL;
-        if (!wanted && s->asked == 0 && !s->in_flight && s->from == 0)
+        if (!wanted && !s->in_flight && s->from == 0)
             seed_free(c, s);
     }
 }
@@ -4683,9 +4655,10 @@ static void start_replica(rcluster *c, const meta_partition *mp, meta_role role)
         if (!have && seed_busy(c, mp->id))
             return;
         uint64_t seed_from;
-        bool allowed = join_allowed(c, mp, &seed_from);
+        split_range seed_rg;
+        bool allowed = join_allowed(c, mp, &seed_from, &seed_rg);
         if (!have && seed_from != 0) {
-            seed_child(c, mp, seed_from);
+            seed_child(c, mp, seed_from, &seed_rg);
             return;
         }
         if (!allowed)
@@ -4929,7 +4902,7 @@ static void on_release_status(void *ctx, int status, const strata_err *err, cons
     uint64_t pid = ((release_probe *)ctx)->pid;
     (void)err;
     free(ctx);
-    if (status != 0 || len != 1 || !(data[0] & STATUS_RELEASED) || c->closing)
+    if (status != 0 || len < 1 || !(data[0] & STATUS_RELEASED) || c->closing)
         return;
     lpart *lp = lpart_find(c, pid);
     const meta_partition *mp = meta_partition_find(c->meta, pid);
