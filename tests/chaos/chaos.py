@@ -203,25 +203,23 @@ class ClusterNode(Node):
     def start_timeout(self):
         return CLUSTER_START_S
 
-    def get(self, path, timeout=5):
-        """GET path on the client port as a dict, or None when the node does not answer."""
-        try:
-            with urllib.request.urlopen("http://%s:%d%s" % (self.host, self.port, path),
-                                        timeout=timeout) as r:
-                return json.loads(r.read())
-        except (OSError, ValueError):
-            return None
-
-    def post(self, path, body, timeout=10):
-        """POST body (a dict) to path on the client port: the answer as a dict, or None."""
-        req = urllib.request.Request("http://%s:%d%s" % (self.host, self.port, path),
-                                     data=json.dumps(body).encode(),
+    def request(self, path, body=None, timeout=5):
+        """GET path on the client port, or POST body (a dict) to it: the answer as a dict,
+        or None when the node does not answer."""
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request("http://%s:%d%s" % (self.host, self.port, path), data=data,
                                      headers={"Content-Type": "application/x-amz-json-1.0"})
         try:
             with urllib.request.urlopen(req, timeout=timeout) as r:
                 return json.loads(r.read())
         except (OSError, ValueError):
             return None
+
+    def get(self, path, timeout=5):
+        return self.request(path, timeout=timeout)
+
+    def post(self, path, body, timeout=10):
+        return self.request(path, body, timeout)
 
     def local_parts(self, table):
         """{partition id: entry} of the table's partitions this node holds a replica of."""
