@@ -170,7 +170,8 @@ start_cluster() {   # start_cluster P
         local args=(--node-id "$i" --az "az$i" --host-label "h$i"
             --listen "127.0.0.1:$cport" --peer-listen "127.0.0.1:$pport"
             --data-dir "$tmp/s$p/d$i" --initial-partitions "$p" --log-level warn
-            --throttle false)  # peers never throttle: measure the system, not the limits
+            --throttle false   # peers never throttle: measure the system, not the limits
+            --split-heat 0)    # and a table of P partitions keeps P: no split for heat
         if [ "$i" = 1 ]; then args+=(--bootstrap --bootstrap-expect 3)
         else args+=(--join "127.0.0.1:${ports[3]}"); fi
         mkdir -p "$tmp/s$p/d$i"
