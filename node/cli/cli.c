@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "node/cli/client.h"
 #include "node/cli/cluster_status.h"
@@ -20,6 +21,8 @@
 #define ENDPOINT_MAX       512
 #define PEER_TIMEOUT_MS    2000 /* per other node under --all: a dead node must not stall it */
 #define PEERS_MAX          4096 /* nodes asked under --all */
+#define REMOVE_WAIT_MS     60000 /* node remove: the longest wait for its last replicas */
+#define REMOVE_POLL_MS     200
 
 typedef struct {
     const char *endpoint;
@@ -44,7 +47,9 @@ static void usage(FILE *f)
                "                          every other node for the state of its replicas\n"
                "  node drain ID           move every replica off node ID (it keeps serving);\n"
                "                          `cluster status` shows its replicas reach 0\n"
-               "  node remove ID          retire node ID once it holds no replica\n"
+               "  node remove ID          retire node ID once it holds no replica; waits until\n"
+               "                          the node runs none (Raft lets go of it), so that\n"
+               "                          it can be stopped\n"
                "  node activate ID        cancel a drain\n"
                "  leader rebalance        even out partition leaders over the ACTIVE nodes now\n"
                "                          (POST /admin/rebalance-leaders; the cluster also does\n"
@@ -341,6 +346,100 @@ static int cmd_cluster(const cli_args *args, FILE *out, FILE *errout)
     return code;
 }
 
+/* Asks a node for its own /admin/cluster: which node it is and how many replicas it runs.
+ * false when it does not answer with that; *keep (may be NULL) gets the answer to free. */
+static bool ask_node(const cli_endpoint *ep, int timeout_ms, uint64_t *node_id, size_t *replicas,
+                     cli_response *keep)
+{
+    cli_response r;
+    if (cli_http_request(ep, "GET", "/admin/cluster", NULL, 0, NULL, 0, timeout_ms, &r, NULL) != 0)
+        return false;
+    bool ok = r.status == 200 && cli_cluster_local_replicas(r.body, node_id, replicas, NULL) == 0;
+    if (ok && keep != NULL)
+        *keep = r;
+    else
+        cli_response_free(&r);
+    return ok;
+}
+
+typedef struct {
+    uint64_t id;
+    char addr[ENDPOINT_MAX];
+    bool found;
+} node_addr;
+
+static void match_node(void *ctx, uint64_t node_id, const char *client_addr)
+{
+    node_addr *na = ctx;
+    if (node_id == na->id && strlen(client_addr) < sizeof na->addr) {
+        strcpy(na->addr, client_addr);
+        na->found = true;
+    }
+}
+
+/* The client endpoint of node `id`: the one given when it is that node, else the address
+ * that node's map entry gives. -1 when neither answers for it. */
+static int node_endpoint(const cli_args *args, uint64_t id, cli_endpoint *ep)
+{
+    uint64_t self;
+    size_t ignored;
+    cli_response r;
+    if (endpoint_parse(args->endpoint, ep, NULL) != 0 ||
+        !ask_node(ep, args->timeout_ms, &self, &ignored, &r))
+        return -1;
+    node_addr na = {.id = id};
+    int rc = self == id ? 0 : cli_cluster_each_node(r.body, match_node, &na, NULL);
+    cli_response_free(&r);
+    if (rc != 0 || self == id)
+        return rc;
+    return na.found ? endpoint_parse(na.addr, ep, NULL) : -1;
+}
+
+/*
+ * After `node remove`: the map gives the node no replica, but a replica the map took away
+ * runs on, and its Raft group counts it as a voter, until a committed configuration leaves
+ * it out. Stopping the node in that window leaves the group four voters, one of them dead:
+ * one more failure and it has no majority. So the command waits, asking the node itself,
+ * until it runs no replica.
+ */
+static int wait_replicas_gone(const cli_args *args, uint64_t id, FILE *out, FILE *errout)
+{
+    cli_endpoint ep;
+    if (node_endpoint(args, id, &ep) != 0) {
+        fprintf(out,
+                "node %" PRIu64 ": REMOVED (its address is not known here: whether it still "
+                "runs replicas was not checked)\n",
+                id);
+        return CLI_EXIT_OK;
+    }
+    int64_t deadline = cli_mono_ms() + REMOVE_WAIT_MS;
+    for (;;) {
+        uint64_t self;
+        size_t left;
+        if (!ask_node(&ep, PEER_TIMEOUT_MS, &self, &left, NULL) || self != id) {
+            fprintf(out,
+                    "node %" PRIu64 ": REMOVED; it does not answer (its Raft groups leave it out "
+                    "without it)\n",
+                    id);
+            return CLI_EXIT_OK;
+        }
+        if (left == 0) {
+            fprintf(out, "node %" PRIu64 ": REMOVED; it runs no replica and can be stopped\n", id);
+            return CLI_EXIT_OK;
+        }
+        if (cli_mono_ms() >= deadline) {
+            fprintf(errout,
+                    "strata: node %" PRIu64 ": REMOVED, but after %d s it still runs %zu "
+                    "replica%s that Raft may count: stop it once `strata cluster status --all` "
+                    "shows no \"(leaving)\" row for it\n",
+                    id, REMOVE_WAIT_MS / 1000, left, left == 1 ? "" : "s");
+            return CLI_EXIT_UNHEALTHY;
+        }
+        struct timespec pause = {.tv_nsec = REMOVE_POLL_MS * 1000000L};
+        nanosleep(&pause, NULL);
+    }
+}
+
 /* node drain|remove|activate ID: POST /admin/node-state {"node": ID, "state": ...}. */
 static int cmd_node(const cli_args *args, FILE *out, FILE *errout)
 {
@@ -367,6 +466,8 @@ static int cmd_node(const cli_args *args, FILE *out, FILE *errout)
         fprintf(errout, "strata: node %s %llu: HTTP %d: %.*s\n", args->subcommand, id, r.status,
                 BODY_ECHO_MAX, r.body);
         code = CLI_EXIT_UNHEALTHY;
+    } else if (strcmp(state, "REMOVED") == 0) {
+        code = wait_replicas_gone(args, id, out, errout);
     } else {
         fprintf(out, "node %llu: %s\n", id, state);
     }

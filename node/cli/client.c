@@ -82,7 +82,7 @@ int cli_endpoint_parse(const char *url, cli_endpoint *ep, strata_err *err)
     return 0;
 }
 
-static int64_t mono_ms(void)
+int64_t cli_mono_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -93,7 +93,7 @@ static int64_t mono_ms(void)
 static int wait_fd(int fd, short events, int64_t deadline)
 {
     for (;;) {
-        int64_t left = deadline - mono_ms();
+        int64_t left = deadline - cli_mono_ms();
         if (left <= 0)
             return 0;
         struct pollfd pfd = {.fd = fd, .events = events};
@@ -266,7 +266,7 @@ int cli_http_request(const cli_endpoint *ep, const char *method, const char *pat
                      int timeout_ms, cli_response *out, strata_err *err)
 {
     memset(out, 0, sizeof *out);
-    int64_t deadline = mono_ms() + (timeout_ms > 0 ? timeout_ms : 5000);
+    int64_t deadline = cli_mono_ms() + (timeout_ms > 0 ? timeout_ms : 5000);
     buf req;
     buf_init(&req, 64 * 1024);
     bool v6 = strchr(ep->host, ':') != NULL;

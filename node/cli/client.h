@@ -6,6 +6,7 @@
  * a bounded response body.
  */
 #include <stddef.h>
+#include <stdint.h>
 
 #include "node/http/http.h"
 #include "storage/base/err.h"
@@ -36,5 +37,8 @@ int cli_http_request(const cli_endpoint *ep, const char *method, const char *pat
                      const http_header *headers, size_t nheaders, const void *body, size_t len,
                      int timeout_ms, cli_response *out, strata_err *err);
 void cli_response_free(cli_response *r);
+
+/* Milliseconds on the monotonic clock, for deadlines. */
+int64_t cli_mono_ms(void);
 
 #endif

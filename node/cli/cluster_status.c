@@ -578,3 +578,21 @@ int cli_cluster_each_node(const char *primary,
     json_decref(root);
     return 0;
 }
+
+int cli_cluster_local_replicas(const char *body, uint64_t *node_id, size_t *n, strata_err *err)
+{
+    json_t *root = parse_view(body);
+    if (root == NULL)
+        return strata_err_set(err, ERR_CORRUPT, "the answer is not /admin/cluster JSON");
+    *node_id = ju64_or0(root, "node_id");
+    *n = 0;
+    size_t i;
+    const json_t *p;
+    json_array_foreach(json_object_get(root, "partitions"), i, p)
+    {
+        if (json_is_object(json_object_get(p, "local")))
+            (*n)++;
+    }
+    json_decref(root);
+    return 0;
+}

@@ -14,7 +14,8 @@ Usage: membership.py STRATAD STRATA
  4. `strata node activate 1`: node 1 gets its share of replicas back (the engine of node 1
     flushes often, STRATA_MEMTABLE_BYTES, so its old replicas had durable indexes): the
     new replicas agree with the others (digests), then node 1 drains again.
-    `strata node remove 1`: node 1 is REMOVED; every partition's replicas agree (digests).
+    `strata node remove 1`: returns once node 1 runs no replica; node 1 is REMOVED; every
+    partition's replicas agree (digests).
  5. A fifth node (az1) joins and gets its share; it is killed for good: the meta leader
     marks it DOWN after 10 s and, past replace_after (--replace-after 5 here), re-creates its
     replicas on the other az1 node; every write is still there.
@@ -116,7 +117,7 @@ def replicas(node, nid):
 
 def strata(cli, node, *args):
     r = subprocess.run([cli, "--endpoint", node.url] + list(args), capture_output=True,
-                       text=True, timeout=60)
+                       text=True, timeout=90)  # node remove waits up to 60 s
     assert r.returncode == 0, "strata %s: %s %s" % (" ".join(args), r.stdout, r.stderr)
     return r.stdout
 
@@ -302,7 +303,12 @@ def main():
         log(strata(cli, nodes[1], "node", "drain", "1").strip())
         poll(lambda: replicas(nodes[1], 1)[0] == 0, "node 1 drained again")
         leaders_even(nodes, [2, 3, 4], "after node 1 drained again")
-        log(strata(cli, nodes[1], "node", "remove", "1").strip())
+        # The command returns once node 1 runs no replica (each one's Raft group let go of
+        # it), so that it can be stopped then: nothing of it may linger after it.
+        out = strata(cli, nodes[1], "node", "remove", "1").strip()
+        log(out)
+        assert "runs no replica and can be stopped" in out, out
+        assert lingering(nodes[0]) == 0, "node 1 still runs replicas after node remove"
         poll(lambda: replicas(nodes[1], 1)[1] == "REMOVED", "node 1 REMOVED")
         poll(lambda: digests_agree(nodes[1:4]), "replicas of every partition agree")
         status = strata(cli, nodes[1], "cluster", "status", "--all")

@@ -5,9 +5,14 @@
 
 #include <cmocka.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "node/cli/cli.h"
 #include "node/cli/cluster_status.h"
@@ -270,6 +275,30 @@ static void each_other_node(void **state)
     assert_int_equal(err.code, ERR_CORRUPT);
 }
 
+/* `node remove` waits on this: node 2 runs two replicas (partitions 7 and 1, not 2);
+ * node 1 runs two; a node with no "local" part runs none. */
+static void local_replicas_counted(void **state)
+{
+    (void)state;
+    uint64_t id = 0;
+    size_t n = 99;
+    strata_err err;
+    assert_int_equal(cli_cluster_local_replicas(node2, &id, &n, &err), 0);
+    assert_int_equal(id, 2);
+    assert_int_equal(n, 2);
+    assert_int_equal(cli_cluster_local_replicas(node1, &id, &n, &err), 0);
+    assert_int_equal(id, 1);
+    assert_int_equal(n, 2);
+    static const char none[] =
+        "{\"node_id\":4,\"ready\":true," NODES3 ",\"partitions\":["
+        "{\"id\":2,\"table_id\":1,\"table\":\"Music\",\"members\":[1,3,2]}]}";
+    assert_int_equal(cli_cluster_local_replicas(none, &id, &n, &err), 0);
+    assert_int_equal(id, 4);
+    assert_int_equal(n, 0);
+    assert_int_equal(cli_cluster_local_replicas("{\"nodes\":[]}", &id, &n, &err), -1);
+    assert_int_equal(err.code, ERR_CORRUPT);
+}
+
 /* The command line: usage errors and an unreachable node, through strata_cli_main. */
 static int run(char **argv, int argc, char *errbuf, size_t cap)
 {
@@ -313,6 +342,112 @@ static void leaving_replica(void **state)
     free(text);
 }
 
+/*
+ * `node remove` against a scripted node on loopback: it accepts the state change, then
+ * reports `lingering` replicas of its own for that many /admin/cluster answers, then none
+ * (or stops answering, with `vanish`). One request per connection, as the CLI sends.
+ */
+typedef struct {
+    int fd;
+    int lingering; /* answers that still list a local replica */
+    bool vanish;   /* after the first /admin/cluster, close without answering */
+    int cluster_gets, state_posts, short_writes;
+} scripted_node;
+
+static const char one_local[] = "{\"node_id\":1,\"ready\":true," NODES3 ",\"partitions\":["
+                                "{\"id\":2,\"table_id\":1,\"table\":\"Music\",\"members\":[2,3,4],"
+                                "\"local\":{\"state\":\"follower\",\"lingering\":true}}]}";
+static const char no_local[] =
+    "{\"node_id\":1,\"ready\":true," NODES3 ",\"partitions\":["
+    "{\"id\":2,\"table_id\":1,\"table\":\"Music\",\"members\":[2,3,4]}]}";
+
+static void *scripted_serve(void *arg)
+{
+    scripted_node *sn = arg;
+    for (;;) {
+        int c = accept(sn->fd, NULL, NULL);
+        if (c < 0)
+            return NULL; /* the test closed the listener */
+        char req[4096] = "";
+        ssize_t got = 0, k;
+        while (got < (ssize_t)sizeof req - 1 &&
+               (k = read(c, req + got, sizeof req - 1 - (size_t)got)) > 0) {
+            got += k;
+            req[got] = '\0';
+            char *head_end = strstr(req, "\r\n\r\n");
+            const char *cl = strcasestr(req, "Content-Length:");
+            if (head_end != NULL &&
+                (cl == NULL || got - (head_end + 4 - req) >= strtol(cl + 15, NULL, 10)))
+                break;
+        }
+        const char *body = "{}";
+        if (strncmp(req, "POST /admin/node-state", 22) == 0) {
+            sn->state_posts++;
+        } else if (strncmp(req, "GET /admin/cluster", 18) == 0) {
+            sn->cluster_gets++;
+            if (sn->vanish && sn->cluster_gets > 1) {
+                close(c);
+                continue;
+            }
+            /* The first GET finds the node's address; the waits start after it. */
+            body = sn->cluster_gets <= 1 + sn->lingering ? one_local : no_local;
+        }
+        char resp[8192];
+        int n = snprintf(resp, sizeof resp,
+                         "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                         "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
+                         strlen(body), body);
+        /* No cmocka assertion off the test's thread: a short write shows as a CLI failure. */
+        if (write(c, resp, (size_t)n) != n)
+            sn->short_writes++;
+        close(c);
+    }
+}
+
+static int remove_against(scripted_node *sn, char *outbuf, size_t outcap, char *errbuf,
+                          size_t errcap)
+{
+    sn->fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(sn->fd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t alen = sizeof a;
+    assert_int_equal(bind(sn->fd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(listen(sn->fd, 16), 0);
+    assert_int_equal(getsockname(sn->fd, (struct sockaddr *)&a, &alen), 0);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, scripted_serve, sn), 0);
+    char ep[64];
+    snprintf(ep, sizeof ep, "127.0.0.1:%u", ntohs(a.sin_port));
+    char *argv[] = {"strata", "--endpoint", ep, "node", "remove", "1", NULL};
+    FILE *out = fmemopen(outbuf, outcap, "w");
+    FILE *errout = fmemopen(errbuf, errcap, "w");
+    int code = strata_cli_main(6, argv, out, errout);
+    fclose(out);
+    fclose(errout);
+    shutdown(sn->fd, SHUT_RDWR); /* wakes the accept */
+    close(sn->fd);
+    pthread_join(t, NULL);
+    return code;
+}
+
+/* The command returns only once the removed node runs no replica: three answers with a
+ * lingering replica, then one without. */
+static void remove_waits_for_replicas(void **state)
+{
+    (void)state;
+    char out[512] = "", err[512] = "";
+    scripted_node sn = {.lingering = 3};
+    assert_int_equal(remove_against(&sn, out, sizeof out, err, sizeof err), CLI_EXIT_OK);
+    assert_int_equal(sn.state_posts, 1);
+    assert_int_equal(sn.short_writes, 0);
+    assert_int_equal(sn.cluster_gets, 1 + 3 + 1);
+    assert_string_equal(out, "node 1: REMOVED; it runs no replica and can be stopped\n");
+
+    scripted_node gone = {.lingering = 3, .vanish = true};
+    assert_int_equal(remove_against(&gone, out, sizeof out, err, sizeof err), CLI_EXIT_OK);
+    assert_non_null(strstr(out, "node 1: REMOVED; it does not answer"));
+}
+
 static void command_line(void **state)
 {
     (void)state;
@@ -333,10 +468,16 @@ static void command_line(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(one_node_view),       cmocka_unit_test(all_views),
-        cmocka_unit_test(not_ready_and_empty), cmocka_unit_test(single_node),
-        cmocka_unit_test(tolerant_fields),     cmocka_unit_test(not_cluster_json),
-        cmocka_unit_test(each_other_node),     cmocka_unit_test(command_line),
+        cmocka_unit_test(one_node_view),
+        cmocka_unit_test(all_views),
+        cmocka_unit_test(not_ready_and_empty),
+        cmocka_unit_test(single_node),
+        cmocka_unit_test(tolerant_fields),
+        cmocka_unit_test(not_cluster_json),
+        cmocka_unit_test(each_other_node),
+        cmocka_unit_test(local_replicas_counted),
+        cmocka_unit_test(remove_waits_for_replicas),
+        cmocka_unit_test(command_line),
         cmocka_unit_test(leaving_replica),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
