@@ -302,7 +302,8 @@ static json_t *load_json(const char *text, strata_err *err, bool *failed)
     if (!str_present(text))
         return NULL;
     strata_err je;
-    json_t *j = strata_json_parse(text, strlen(text), STRATA_JSON_DECODE_ANY, &je);
+    json_t *j =
+        strata_json_parse(text, strlen(text), STRATA_JSON_DECODE_ANY | STRATA_JSON_ALLOW_NUL, &je);
     if (j == NULL) {
         *failed = true;
         strata_err_set(err, ERR_INTERNAL, "write command carries invalid JSON: %s", je.msg);

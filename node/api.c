@@ -470,6 +470,40 @@ static void cluster_status(http_request *http, api_server *s, bool digests)
     buf_free(&b);
 }
 
+/*
+ * DynamoDB strings may hold U+0000, so bodies are parsed with STRATA_JSON_ALLOW_NUL. But
+ * the other strings of a request (names, expressions, tags) are read as C strings, where
+ * a NUL would cut them short unseen: a NUL is let through only where DynamoDB JSON carries
+ * string data, a value under "S" or an element of an array under "SS".
+ */
+static bool nul_outside_string_data(json_t *j, const char *key, bool in_ss)
+{
+    const char *k;
+    json_t *v;
+    size_t i;
+    switch (json_typeof(j)) {
+    case JSON_STRING:
+        return !in_ss && (key == NULL || strcmp(key, "S") != 0) &&
+               memchr(json_string_value(j), '\0', json_string_length(j)) != NULL;
+    case JSON_OBJECT:
+        json_object_foreach(j, k, v)
+        {
+            if (nul_outside_string_data(v, k, false))
+                return true;
+        }
+        return false;
+    case JSON_ARRAY:
+        json_array_foreach(j, i, v)
+        {
+            if (nul_outside_string_data(v, NULL, key != NULL && strcmp(key, "SS") == 0))
+                return true;
+        }
+        return false;
+    default:
+        return false;
+    }
+}
+
 static bool content_type_ok(const char *ct)
 {
     if (ct == NULL)
@@ -589,7 +623,14 @@ void api_handle(http_request *http, void *data)
     json_t *obj = NULL;
     if (len > 0) {
         strata_err jerr;
-        obj = strata_json_parse(body, len, STRATA_JSON_REJECT_DUPLICATES, &jerr);
+        obj = strata_json_parse(body, len, STRATA_JSON_REJECT_DUPLICATES | STRATA_JSON_ALLOW_NUL,
+                                &jerr);
+        /* Only a body that spells "\u0000" can hold one (keys never do). */
+        if (obj != NULL && memmem(body, len, "\\u0000", 6) != NULL &&
+            nul_outside_string_data(obj, NULL, false)) {
+            json_decref(obj);
+            obj = NULL;
+        }
         if (obj == NULL) {
             send_error(http, id, ERR_SERIALIZATION, NULL, NULL);
             return;

@@ -492,7 +492,8 @@ static int write_condition(api_request *req, write_req *wr, strata_err *err)
         const char *text = expr_legacy_expected(wr->x.ctx, expected, condop, err);
         if (text == NULL)
             return -1;
-        if (expr_parse(wr->x.ctx, EXPR_CONDITION, text, strlen(text), err) == NULL)
+        /* Expected {} checks nothing (the replica skips it the same way). */
+        if (text[0] && expr_parse(wr->x.ctx, EXPR_CONDITION, text, strlen(text), err) == NULL)
             return -1;
         wr->w.expected_json = items_json_text(req->arena, req->body, "Expected");
         wr->w.conditional_operator_json =
@@ -645,8 +646,9 @@ void api_update_item(api_request *req)
         const char *text = expr_legacy_attribute_updates(wr.x.ctx, updates, &err);
         if (text == NULL)
             goto fail;
-        upd = expr_parse(wr.x.ctx, EXPR_UPDATE, text, strlen(text), &err);
-        if (upd == NULL)
+        /* AttributeUpdates {} changes nothing but the item's existence, as no update. */
+        upd = text[0] ? expr_parse(wr.x.ctx, EXPR_UPDATE, text, strlen(text), &err) : NULL;
+        if (text[0] && upd == NULL)
             goto fail;
         wr.w.attribute_updates_json = items_json_text(req->arena, req->body, "AttributeUpdates");
     }

@@ -260,8 +260,9 @@ static int shape_params(api_request *req, read_ctx *c, items_exprs *x, int selec
             x->ctx, filter_param, legacy, json_object_get(req->body, "ConditionalOperator"), err);
         if (text == NULL)
             return -1;
-        filter = expr_parse(x->ctx, EXPR_FILTER, text, strlen(text), err);
-        if (filter == NULL)
+        /* An empty QueryFilter / ScanFilter filters nothing (DynamoDB takes {}). */
+        filter = text[0] ? expr_parse(x->ctx, EXPR_FILTER, text, strlen(text), err) : NULL;
+        if (text[0] && filter == NULL)
             return -1;
     } else if (items_parse_member(req, req->body, x, "FilterExpression", EXPR_FILTER, &filter, NULL,
                                   err) < 0) {
@@ -339,10 +340,17 @@ void api_query(api_request *req)
     expr *kce = NULL;
     json_t *kc_legacy = json_object_get(req->body, "KeyConditions");
     if (kc_legacy && !json_is_null(kc_legacy)) {
-        const char *text = expr_legacy_key_conditions(x.ctx, kc_legacy, &err);
+        /* A context of its own: DynamoDB takes KeyConditions with a FilterExpression, whose
+         * placeholders are the client's (x.ctx), not generated ones. */
+        expr_ctx *kctx = expr_ctx_new(req->arena);
+        if (kctx == NULL) {
+            strata_err_set(&err, ERR_NOMEM, "out of memory");
+            goto fail;
+        }
+        const char *text = expr_legacy_key_conditions(kctx, kc_legacy, &err);
         if (text == NULL)
             goto fail;
-        kce = expr_parse(x.ctx, EXPR_KEY_CONDITION, text, strlen(text), &err);
+        kce = expr_parse(kctx, EXPR_KEY_CONDITION, text, strlen(text), &err);
         if (kce == NULL)
             goto fail;
     } else if (items_parse_member(req, req->body, &x, "KeyConditionExpression", EXPR_KEY_CONDITION,
@@ -397,9 +405,10 @@ void api_query(api_request *req)
     if (start_key(req, &t->schema, true, &esk, &err) < 0)
         goto fail;
     if (esk) {
-        /* The start key must lie within the query's range (DynamoDB's messages). */
+        /* The start key must lie within the query's range (DynamoDB's messages, which
+         * depend on whether the condition names the sort key). */
         const av *epk = av_map_get(esk, t->schema.hash.name, t->schema.hash.name_len);
-        if (t->schema.has_range) {
+        if (t->schema.has_range && kc.sk_op != EXPR_SK_NONE) {
             const av *esk_sk = av_map_get(esk, t->schema.range.name, t->schema.range.name_len);
             if (!expr_key_cond_match_sk(&kc, esk_sk)) {
                 strata_err_set(&err, ERR_VALIDATION,

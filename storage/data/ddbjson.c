@@ -333,10 +333,10 @@ static int parse_set(parser *p, const json_t *j, av_type t, av *out)
     }
     strata_err e;
     if (av_set_sort(out, &e) != 0) {
-        if (t == AV_SS && n > 0) {
+        if ((t == AV_SS || t == AV_BS) && n > 0) { /* BS: the base64 text as sent */
             char desc[400];
             describe_input_set(j, desc, sizeof desc);
-            av_duplicate_set_error(desc, &e);
+            av_duplicate_set_error(t, desc, &e);
         }
         invalid_from(p, &e);
     }

@@ -151,7 +151,7 @@ static int parse_escape(parser *ps)
         ps->p += 6;
         cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
     }
-    if (cp == 0)
+    if (cp == 0 && !(ps->flags & STRATA_JSON_ALLOW_NUL))
         return fail(ps, "\\u0000 is not allowed"), -1;
     put_utf8(&ps->scratch, cp);
     return 0;
@@ -312,7 +312,7 @@ static json_t *parse_object(parser *ps)
                 fail(ps, "string or '}' expected");
             goto bad;
         }
-        if (memchr(key, '\0', klen) != NULL) { /* unreachable: "\u0000" is refused */
+        if (memchr(key, '\0', klen) != NULL) { /* as jansson, even with ALLOW_NUL */
             fail(ps, "NUL byte in object key");
             goto bad;
         }

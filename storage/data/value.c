@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "storage/data/base64.h"
+
 static const char *const type_names[] = {
     [AV_S] = "S", [AV_N] = "N", [AV_B] = "B",   [AV_BOOL] = "BOOL", [AV_NULL] = "NULL",
     [AV_M] = "M", [AV_L] = "L", [AV_SS] = "SS", [AV_NS] = "NS",     [AV_BS] = "BS",
@@ -156,8 +158,9 @@ static bool elems_sorted_unique(const av *set)
     return true;
 }
 
-/* "[a, b, c]" as DynamoDB prints a string set's elements in messages, cut to fit. */
-static void describe_string_set(const av *set, char *out, size_t cap)
+/* "[a, b, c]" as DynamoDB prints a string set's elements in messages (a binary set's in
+ * base64), cut to fit. */
+static void describe_set(const av *set, char *out, size_t cap)
 {
     size_t k = 0;
     out[k++] = '[';
@@ -167,9 +170,16 @@ static void describe_string_set(const av *set, char *out, size_t cap)
             out[k++] = ',';
             out[k++] = ' ';
         }
-        size_t n = e->u.bytes.len;
-        if (n > cap - k - 4)
-            n = cap - k - 4;
+        size_t room = cap - k - 4, n = e->u.bytes.len;
+        if (set->type == AV_BS) {
+            if (b64_encoded_len(n) > room)
+                break;
+            b64_encode(e->u.bytes.ptr, n, out + k);
+            k += b64_encoded_len(n);
+            continue;
+        }
+        if (n > room)
+            n = room;
         memcpy(out + k, e->u.bytes.ptr, n);
         k += n;
     }
@@ -187,11 +197,11 @@ int av_set_sort(av *set, strata_err *err)
     qsort(set->u.list.elems, set->u.list.count, sizeof(av), cmp_elem);
     for (uint32_t i = 1; i < set->u.list.count; i++) {
         if (av_cmp_scalar(&set->u.list.elems[i - 1], &set->u.list.elems[i]) == 0) {
-            if (set->type != AV_SS)
+            if (set->type == AV_NS)
                 return strata_err_set(err, ERR_VALIDATION, "Input collection contains duplicates");
             char desc[400];
-            describe_string_set(set, desc, sizeof desc);
-            return av_duplicate_set_error(desc, err);
+            describe_set(set, desc, sizeof desc);
+            return av_duplicate_set_error(set->type, desc, err);
         }
     }
     return 0;
@@ -210,12 +220,13 @@ int av_empty_set_error(av_type t, strata_err *err)
                           what);
 }
 
-int av_duplicate_set_error(const char *elements, strata_err *err)
+int av_duplicate_set_error(av_type t, const char *elements, strata_err *err)
 {
+    /* DynamoDB's wording; for binary sets with no space before "of type". */
     return strata_err_set(err, ERR_VALIDATION,
-                          "One or more parameter values were invalid: Input collection %s "
+                          "One or more parameter values were invalid: Input collection %s%s "
                           "contains duplicates.",
-                          elements);
+                          elements, t == AV_BS ? "of type BS" : "");
 }
 
 int av_copy(arena *a, const av *src, av *dst)

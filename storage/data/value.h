@@ -114,10 +114,10 @@ int item_check_nesting(const av *item, strata_err *err);
 /* The size of one number by those rules (base-100 digits + 1, + 1 if negative, <= 21). */
 size_t av_num_size(const num *n);
 
-/* DynamoDB's messages for an empty set of type t, and for a string set with duplicates
- * (`elements` as DynamoDB prints them, e.g. "[a, a]"). Both return -1. NS and BS
- * duplicates are reported as "Input collection contains duplicates". */
+/* DynamoDB's messages for an empty set of type t, and for a string or binary set (t) with
+ * duplicates (`elements` as DynamoDB prints them: "[a, a]", base64 for BS). Both return
+ * -1. NS duplicates are reported as "Input collection contains duplicates". */
 int av_empty_set_error(av_type t, strata_err *err);
-int av_duplicate_set_error(const char *elements, strata_err *err);
+int av_duplicate_set_error(av_type t, const char *elements, strata_err *err);
 
 #endif

@@ -32,6 +32,9 @@ static int check_legacy_ctx(expr_ctx *c, strata_err *err)
 /* Adds a name placeholder for attribute `name`; writes it into `out`. */
 static int gen_name(expr_ctx *c, const char *name, size_t len, buf *out, strata_err *err)
 {
+    /* Checked here: expr_ctx_add_name's message would name the generated placeholder. */
+    if (len == 0)
+        return strata_err_set(err, ERR_VALIDATION, INVALID "Empty attribute name");
     char ph[16];
     int n = snprintf(ph, sizeof(ph), "#l%05u", c->legacy_seq++);
     if (expr_ctx_add_name(c, ph, (size_t)n, name, len, err) != 0)
@@ -276,6 +279,7 @@ static const char *convert_conditions(expr_ctx *c, const char *param, const json
     const char *attr;
     json_t *cond;
     size_t k = 0;
+    bool not_indexable = false;
     json_object_foreach((json_t *)conds, attr, cond)
     {
         const json_t *opj = json_object_get(cond, "ComparisonOperator");
@@ -292,11 +296,8 @@ static const char *convert_conditions(expr_ctx *c, const char *param, const json
             goto fail;
         }
         if (key_conditions && op != OP_EQ && op != OP_LE && op != OP_LT && op != OP_GE &&
-            op != OP_GT && op != OP_BEGINS_WITH && op != OP_BETWEEN) {
-            strata_err_set(err, ERR_VALIDATION,
-                           "Attempted conditional constraint is not an indexable operation");
-            goto fail;
-        }
+            op != OP_GT && op != OP_BEGINS_WITH && op != OP_BETWEEN)
+            not_indexable = true; /* reported after the count, as DynamoDB does */
         av *vals;
         size_t n;
         if (convert_values(c, json_object_get(cond, "AttributeValueList"), &vals, &n, err) != 0)
@@ -307,6 +308,15 @@ static const char *convert_conditions(expr_ctx *c, const char *param, const json
         if (render_condition(c, attr, (cmp_op)op, vals, n, &b, err) != 0)
             goto fail;
         buf_printf(&b, ")");
+    }
+    if (key_conditions && (k < 1 || k > 2)) {
+        strata_err_set(err, ERR_VALIDATION, "Conditions can be of length 1 or 2 only");
+        goto fail;
+    }
+    if (not_indexable) {
+        strata_err_set(err, ERR_VALIDATION,
+                       "Attempted conditional constraint is not an indexable operation");
+        goto fail;
     }
     return finish(c, &b, err);
 fail:
@@ -472,6 +482,12 @@ const char *expr_legacy_attributes_to_get(expr_ctx *c, const json_t *attributes_
         return NULL;
     }
     size_t n = json_array_size(attributes_to_get);
+    if (n == 0) {
+        strata_err_set(err, ERR_VALIDATION,
+                       "1 validation error detected: Value '[]' at 'attributesToGet' failed to "
+                       "satisfy constraint: Member must have length greater than or equal to 1");
+        return NULL;
+    }
     if (check_duplicates(c, attributes_to_get, err) != 0)
         return NULL;
     buf b;
@@ -625,22 +641,27 @@ static void list_params(unsigned bits, const unsigned *order, const char *const 
 
 int expr_check_param_mix(unsigned present, unsigned allowed, strata_err *err)
 {
+    /* In the order DynamoDB lists them in its messages (Query: {AttributesToGet,
+     * QueryFilter, ConditionalOperator, KeyConditions} and {ProjectionExpression,
+     * FilterExpression, KeyConditionExpression}; UpdateItem: {AttributeUpdates, Expected}
+     * and {UpdateExpression, ConditionExpression}; "FilterExpression and
+     * KeyConditionExpression are null"). */
     static const unsigned legacy_bits[] = {
-        EXPR_P_ATTRIBUTE_UPDATES,    EXPR_P_ATTRIBUTES_TO_GET, EXPR_P_EXPECTED,
-        EXPR_P_KEY_CONDITIONS,       EXPR_P_QUERY_FILTER,      EXPR_P_SCAN_FILTER,
-        EXPR_P_CONDITIONAL_OPERATOR,
+        EXPR_P_ATTRIBUTE_UPDATES, EXPR_P_ATTRIBUTES_TO_GET, EXPR_P_EXPECTED,
+        EXPR_P_QUERY_FILTER,      EXPR_P_SCAN_FILTER,       EXPR_P_CONDITIONAL_OPERATOR,
+        EXPR_P_KEY_CONDITIONS,
     };
     static const char *const legacy_names[] = {
-        "AttributeUpdates", "AttributesToGet",     "Expected", "KeyConditions", "QueryFilter",
-        "ScanFilter",       "ConditionalOperator",
+        "AttributeUpdates", "AttributesToGet",     "Expected",      "QueryFilter",
+        "ScanFilter",       "ConditionalOperator", "KeyConditions",
     };
     static const unsigned expr_bits[] = {
-        EXPR_P_UPDATE_EXPRESSION, EXPR_P_CONDITION_EXPRESSION,  EXPR_P_KEY_CONDITION_EXPRESSION,
-        EXPR_P_FILTER_EXPRESSION, EXPR_P_PROJECTION_EXPRESSION,
+        EXPR_P_UPDATE_EXPRESSION, EXPR_P_CONDITION_EXPRESSION,     EXPR_P_PROJECTION_EXPRESSION,
+        EXPR_P_FILTER_EXPRESSION, EXPR_P_KEY_CONDITION_EXPRESSION,
     };
     static const char *const expr_names[] = {
-        "UpdateExpression", "ConditionExpression",  "KeyConditionExpression",
-        "FilterExpression", "ProjectionExpression",
+        "UpdateExpression", "ConditionExpression",    "ProjectionExpression",
+        "FilterExpression", "KeyConditionExpression",
     };
     const unsigned all_expr = EXPR_P_UPDATE_EXPRESSION | EXPR_P_CONDITION_EXPRESSION |
                               EXPR_P_KEY_CONDITION_EXPRESSION | EXPR_P_FILTER_EXPRESSION |

@@ -1024,7 +1024,7 @@ static void check_cond_node(parser *p, node *n, bool as_condition)
         check_between_bounds(p, n->args[1], n->args[2]);
         break;
     case N_IN:
-        if (n->nargs - 1 > EXPR_IN_MAX)
+        if (n->nargs - 1 > EXPR_IN_MAX && !p->c->legacy)
             sem_set(p, SE_IN_LIMIT,
                     "The IN operator is provided with too many operands; number of operands: %u",
                     n->nargs - 1);
@@ -1256,7 +1256,10 @@ expr *expr_parse(expr_ctx *c, expr_kind kind, const char *text, size_t len, stra
         strata_err_set(err, ERR_VALIDATION, "%sThe expression can not be empty;", prefix);
         return NULL;
     }
-    if (len > EXPR_TEXT_MAX) {
+    /* The limits on expressions are the expression parameters'; text generated from the
+     * legacy parameters (legacy.c, at most LEGACY_TEXT_MAX) is not held to them, or a
+     * request would fail naming an expression it never sent. */
+    if (len > EXPR_TEXT_MAX && !c->legacy) {
         strata_err_set(err, ERR_VALIDATION,
                        "%sExpression size has exceeded the maximum allowed size; expression "
                        "size: %zu",
@@ -1275,7 +1278,7 @@ expr *expr_parse(expr_ctx *c, expr_kind kind, const char *text, size_t len, stra
         syntax_error(&p, err);
         return NULL;
     }
-    if (p.opcount > EXPR_UPDATE_OPERATORS_MAX)
+    if (p.opcount > EXPR_UPDATE_OPERATORS_MAX && !c->legacy)
         sem_set(&p, SE_OPCOUNT, "The expression contains too many operators; operator count: %u",
                 p.opcount);
     if (is_cond_kind(kind))

@@ -2,7 +2,7 @@
 parameters that old clients still send."""
 import pytest
 
-from conftest import ddb_error
+from conftest import ddb_error, error_message, error_type, raw_call
 
 
 def S(v):
@@ -144,3 +144,58 @@ def test_legacy_key_conditions_and_filters(ddb, table_hr):
         "sk": {"ComparisonOperator": "IN", "AttributeValueList": [N(1), N(8)]}})
     assert sorted(it["sk"]["N"] for it in out["Items"]) == ["1", "8"]
     assert out["ScannedCount"] == 10
+
+
+def test_legacy_key_conditions_with_filter_expression(ddb, table_hr):
+    """KeyConditions may come with a FilterExpression and its own placeholders (only
+    KeyConditionExpression cannot mix with the legacy parameters)."""
+    for i in range(6):
+        ddb.put_item(TableName=table_hr, Item={"pk": S("kf"), "sk": N(i), "v": N(i % 3)})
+    out = ddb.query(TableName=table_hr, KeyConditions={
+        "pk": {"ComparisonOperator": "EQ", "AttributeValueList": [S("kf")]},
+        "sk": {"ComparisonOperator": "GE", "AttributeValueList": [N(1)]}},
+        FilterExpression="#v = :v", ExpressionAttributeNames={"#v": "v"},
+        ExpressionAttributeValues={":v": N(1)})
+    assert [it["sk"]["N"] for it in out["Items"]] == ["1", "4"]
+    assert out["ScannedCount"] == 5
+
+
+def test_legacy_parameters_have_no_expression_limits(ddb, table):
+    """The 4 KB, 300-operator and 100-operand limits are the expression parameters'; the
+    legacy parameters that mean the same are not held to them."""
+    key = {"pk": S("big")}
+    ddb.update_item(TableName=table, Key=key,
+                    AttributeUpdates={"a%d" % i: {"Action": "PUT", "Value": N(i)}
+                                      for i in range(400)})
+    got = ddb.get_item(TableName=table, Key=key, ConsistentRead=True,
+                       AttributesToGet=["a%d" % i for i in range(500)])["Item"]
+    assert len(got) == 400 and got["a399"] == N(399)
+    ddb.put_item(TableName=table, Item={**key, "x": N(150)},
+                 Expected={"b%d" % i: {"Exists": False} for i in range(200)})
+    ddb.put_item(TableName=table, Item={**key, "x": N(2)},
+                 Expected={"x": {"ComparisonOperator": "IN",
+                                 "AttributeValueList": [N(i) for i in range(101, 300)]}})
+    got = ddb.get_item(TableName=table, Key=key, ConsistentRead=True)["Item"]
+    assert got == {**key, "x": N(2)}
+
+
+def test_empty_legacy_parameters(ddb, table):
+    """An empty Expected, AttributeUpdates, QueryFilter or ScanFilter means no condition,
+    no change, no filter; empty KeyConditions and AttributesToGet are errors."""
+    ddb.put_item(TableName=table, Item={"pk": S("e1")}, Expected={})
+    out = ddb.update_item(TableName=table, Key={"pk": S("e2")}, AttributeUpdates={},
+                          ReturnValues="ALL_NEW")
+    assert out["Attributes"] == {"pk": S("e2")}
+    kc = {"pk": {"ComparisonOperator": "EQ", "AttributeValueList": [S("e1")]}}
+    assert ddb.query(TableName=table, KeyConditions=kc, QueryFilter={})["Count"] == 1
+    assert ddb.scan(TableName=table, ScanFilter={})["Count"] == 2
+    with ddb_error("ValidationException", "Conditions can be of length 1 or 2 only"):
+        ddb.query(TableName=table, KeyConditions={})
+    # boto3 refuses an empty AttributesToGet itself; DynamoDB's own answer:
+    status, _, err, _ = raw_call("Query", {"TableName": table, "KeyConditions": kc,
+                                           "AttributesToGet": []})
+    assert status == 400 and error_type(err) == "ValidationException"
+    assert error_message(err) == (
+        "1 validation error detected: Value '[]' at 'attributesToGet' failed to satisfy "
+        "constraint: Member must have length greater than or equal to 1")
+

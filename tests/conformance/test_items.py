@@ -319,6 +319,34 @@ def test_attribute_value_errors(ddb, table):
     with ddb_error("ValidationException", match=r"(1 validation error detected: )?One or more "
                    r"parameter values were invalid: Input collection \[.*\] contains duplicates\."):
         ddb.put_item(TableName=table, Item={"pk": S("v"), "x": {"SS": ["a", "a"]}})
+    # Binary sets print their base64 elements, and "of type BS" with no space before it.
+    with ddb_error("ValidationException", match=r"(1 validation error detected: )?One or more "
+                   r"parameter values were invalid: Input collection \[YQ==, YQ==\]of type BS "
+                   r"contains duplicates\."):
+        ddb.put_item(TableName=table, Item={"pk": S("v"), "x": {"BS": [b"a", b"a"]}})
+
+
+def test_strings_may_hold_nul(ddb, table):
+    """U+0000 is a character like any other in DynamoDB strings: in keys, values, sets,
+    lists, expression values and legacy parameters, and it is part of the key."""
+    key = {"pk": S("nul\x00key")}
+    ddb.put_item(TableName=table, Item={**key, "s": S("a\x00b"), "ss": {"SS": ["x\x00", "x"]},
+                                        "l": {"L": [S("\x00")]}})
+    got = ddb.get_item(TableName=table, Key=key, ConsistentRead=True)["Item"]
+    assert got["s"] == S("a\x00b") and got["l"] == {"L": [S("\x00")]}
+    assert sorted(got["ss"]["SS"]) == ["x", "x\x00"]
+    assert "Item" not in ddb.get_item(TableName=table, Key={"pk": S("nul")}, ConsistentRead=True)
+    ddb.update_item(TableName=table, Key=key, UpdateExpression="SET t = :v",
+                    ConditionExpression="s = :old",
+                    ExpressionAttributeValues={":v": S("q\x00"), ":old": S("a\x00b")})
+    ddb.update_item(TableName=table, Key=key,
+                    AttributeUpdates={"u": {"Action": "PUT", "Value": S("z\x00z")}},
+                    Expected={"s": {"Value": S("a\x00b")}})
+    got = ddb.get_item(TableName=table, Key=key, ConsistentRead=True)["Item"]
+    assert got["t"] == S("q\x00") and got["u"] == S("z\x00z")
+    with ddb_error("ConditionalCheckFailedException", CCF):
+        ddb.put_item(TableName=table, Item=key, ConditionExpression="s = :v",
+                     ExpressionAttributeValues={":v": S("a")})
 
 
 def test_missing_table_item_ops(ddb):

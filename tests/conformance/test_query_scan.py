@@ -196,6 +196,22 @@ def test_query_errors(ddb, small):
           ExclusiveStartKey={"pk": S("a")})
     with ddb_error("ValidationException", "The table does not have the specified index: nope"):
         q(IndexName="nope", KeyConditionExpression="pk = :p", ExpressionAttributeValues={":p": S("a")})
+    # A start key of another partition key: without a sort key condition it lies outside
+    # the query; with one, the sort key is checked first, then the partition key.
+    with ddb_error("ValidationException", "The provided starting key is outside query "
+                   "boundaries based on provided conditions"):
+        q(KeyConditionExpression="pk = :p", ExpressionAttributeValues={":p": S("a")},
+          ExclusiveStartKey={"pk": S("b"), "sk": N(1)})
+    with ddb_error("ValidationException", "The provided starting key does not match the range "
+                   "key predicate"):
+        q(KeyConditionExpression="pk = :p AND sk < :s",
+          ExpressionAttributeValues={":p": S("a"), ":s": N(1)},
+          ExclusiveStartKey={"pk": S("b"), "sk": N(5)})
+    with ddb_error("ValidationException", "The query can return at most one row and cannot be "
+                   "restarted"):
+        q(KeyConditionExpression="pk = :p AND sk < :s",
+          ExpressionAttributeValues={":p": S("a"), ":s": N(9)},
+          ExclusiveStartKey={"pk": S("b"), "sk": N(5)})
 
 
 def test_query_10000_items_one_partition(ddb, one_partition_table):

@@ -50,5 +50,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     compare(data, size, 0, 0);
     compare(data, size, STRATA_JSON_REJECT_DUPLICATES, JSON_REJECT_DUPLICATES);
     compare(data, size, STRATA_JSON_DECODE_ANY, JSON_DECODE_ANY);
+    compare(data, size, STRATA_JSON_ALLOW_NUL | STRATA_JSON_REJECT_DUPLICATES,
+            JSON_ALLOW_NUL | JSON_REJECT_DUPLICATES);
+    compare(data, size, STRATA_JSON_ALLOW_NUL | STRATA_JSON_DECODE_ANY,
+            JSON_ALLOW_NUL | JSON_DECODE_ANY);
     return 0;
 }

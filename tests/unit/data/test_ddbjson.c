@@ -213,7 +213,9 @@ static void validation_errors(void **state)
              "One or more parameter values were invalid: Input collection [a, b, a] contains "
              "duplicates.");
     item_err("{\"a\":{\"NS\":[\"1\",\"1.0\"]}}", VE, "Input collection contains duplicates");
-    item_err("{\"a\":{\"BS\":[\"QQ==\",\"QQ==\"]}}", VE, "Input collection contains duplicates");
+    item_err("{\"a\":{\"BS\":[\"QQ==\",\"QQ==\"]}}", VE,
+             "One or more parameter values were invalid: Input collection [QQ==, QQ==]of type BS "
+             "contains duplicates.");
     item_err("{\"a\":{\"NULL\":false}}", VE,
              "One or more parameter values were invalid: Null attribute value types must have "
              "the value of true");

@@ -16,7 +16,8 @@
 static size_t jansson_flags(int flags)
 {
     return ((flags & STRATA_JSON_REJECT_DUPLICATES) ? JSON_REJECT_DUPLICATES : 0) |
-           ((flags & STRATA_JSON_DECODE_ANY) ? JSON_DECODE_ANY : 0);
+           ((flags & STRATA_JSON_DECODE_ANY) ? JSON_DECODE_ANY : 0) |
+           ((flags & STRATA_JSON_ALLOW_NUL) ? JSON_ALLOW_NUL : 0);
 }
 
 /* Parses `text` both ways; expects acceptance `ok` and, if accepted, equal values. */
@@ -160,6 +161,15 @@ static void objects_and_keys(void **state)
     assert_int_equal(json_integer_value(json_object_get(v, "a")), 2); /* the last wins */
     json_decref(v);
     bad("{\"a\\u0000b\":1}");
+    /* ALLOW_NUL lets "\u0000" into values (DynamoDB strings may hold it), never keys. */
+    const char *nul_value = "{\"S\":\"a\\u0000b\"}", *nul_key = "{\"a\\u0000b\":1}";
+    expect(nul_value, strlen(nul_value), 0, false);
+    expect(nul_value, strlen(nul_value), STRATA_JSON_ALLOW_NUL, true);
+    expect(nul_key, strlen(nul_key), STRATA_JSON_ALLOW_NUL, false);
+    v = strata_json_parse(nul_value, strlen(nul_value), STRATA_JSON_ALLOW_NUL, &err);
+    assert_int_equal(json_string_length(json_object_get(v, "S")), 3);
+    assert_memory_equal(json_string_value(json_object_get(v, "S")), "a\0b", 3);
+    json_decref(v);
     /* An escaped key followed by a value with escapes: the key is kept apart. */
     v = strata_json_parse("{\"k\\n\":\"v\\t\"}", 13, 0, &err);
     assert_non_null(v);

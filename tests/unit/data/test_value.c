@@ -223,7 +223,8 @@ static void set_sort_rules(void **state)
     uint8_t x[] = {1, 2};
     av bsd = list_of(AV_BS, 2, B(x, 2), B(x, 2));
     assert_int_equal(av_set_sort(&bsd, &err), -1);
-    assert_string_equal(err.msg, "Input collection contains duplicates");
+    assert_string_equal(err.msg, "One or more parameter values were invalid: Input collection "
+                                 "[AQI=, AQI=]of type BS contains duplicates.");
 
     av e1 = list_of(AV_SS, 0), e2 = list_of(AV_NS, 0), e3 = list_of(AV_BS, 0);
     assert_int_equal(av_set_sort(&e1, &err), -1);

@@ -1286,6 +1286,25 @@ static const mix_case mix_cases[] = {
     {EXPR_P_VALUES | EXPR_P_NAMES | EXPR_P_CONDITION_EXPRESSION,
      EXPR_P_UPDATE_EXPRESSION | EXPR_P_CONDITION_EXPRESSION, NULL},
     {EXPR_P_EXPECTED | EXPR_P_CONDITIONAL_OPERATOR, EXPR_P_CONDITION_EXPRESSION, NULL},
+    /* Query and Scan with everything, in DynamoDB's order. */
+    {EXPR_P_ATTRIBUTES_TO_GET | EXPR_P_QUERY_FILTER | EXPR_P_CONDITIONAL_OPERATOR |
+         EXPR_P_KEY_CONDITIONS | EXPR_P_PROJECTION_EXPRESSION | EXPR_P_FILTER_EXPRESSION |
+         EXPR_P_KEY_CONDITION_EXPRESSION,
+     EXPR_P_KEY_CONDITION_EXPRESSION | EXPR_P_FILTER_EXPRESSION | EXPR_P_PROJECTION_EXPRESSION,
+     "Can not use both expression and non-expression parameters in the same request: "
+     "Non-expression parameters: {AttributesToGet, QueryFilter, ConditionalOperator, "
+     "KeyConditions} Expression parameters: {ProjectionExpression, FilterExpression, "
+     "KeyConditionExpression}"},
+    {EXPR_P_ATTRIBUTES_TO_GET | EXPR_P_SCAN_FILTER | EXPR_P_CONDITIONAL_OPERATOR |
+         EXPR_P_PROJECTION_EXPRESSION | EXPR_P_FILTER_EXPRESSION,
+     EXPR_P_FILTER_EXPRESSION | EXPR_P_PROJECTION_EXPRESSION,
+     "Can not use both expression and non-expression parameters in the same request: "
+     "Non-expression parameters: {AttributesToGet, ScanFilter, ConditionalOperator} "
+     "Expression parameters: {ProjectionExpression, FilterExpression}"},
+    {EXPR_P_VALUES | EXPR_P_QUERY_FILTER,
+     EXPR_P_KEY_CONDITION_EXPRESSION | EXPR_P_FILTER_EXPRESSION | EXPR_P_PROJECTION_EXPRESSION,
+     "ExpressionAttributeValues can only be specified when using expressions: FilterExpression "
+     "and KeyConditionExpression are null"},
 };
 
 static void param_mix(void **state)
