@@ -527,12 +527,21 @@ static int apply_table_create(meta_state *s, const meta_cmd *c, strata_err *err)
     return 0;
 }
 
+uint64_t meta_schema_hash(const meta_table *t)
+{
+    uint64_t h = XXH3_64bits(t->schema, t->schema_len);
+    return h ? h : 1;
+}
+
 /* Replaces a table's schema blob (UpdateTable, tags): the partition map is unchanged. */
 static int apply_table_schema(meta_state *s, const meta_cmd *c, strata_err *err)
 {
     size_t i = table_index(s, c->table_id);
     if (i == SIZE_MAX)
         return strata_err_set(err, ERR_NOT_FOUND, "table %u does not exist", c->table_id);
+    if (c->schema_base != 0 && meta_schema_hash(&s->tables[i]) != c->schema_base)
+        return strata_err_set(err, ERR_BUSY, "table %u changed since this change was made",
+                              c->table_id);
     if (c->schema_len > META_SCHEMA_MAX)
         return strata_err_set(err, ERR_VALIDATION, "schema of %zu bytes is over %u", c->schema_len,
                               META_SCHEMA_MAX);
@@ -840,6 +849,7 @@ int meta_encode(const meta_cmd *c, buf *out, strata_err *err)
         buf_put_u32be(out, c->table_id);
         buf_put_varint(out, c->schema_len);
         buf_append(out, c->schema, c->schema_len);
+        buf_put_u64be(out, c->schema_base);
         break;
     case META_CMD_SET_LEADER:
         buf_put_varint(out, c->partition_id);
@@ -972,6 +982,9 @@ static bool decode_body(rd *r, meta_cmd *c)
             return false;
         c->schema = rd_bytes(r, (size_t)sl);
         c->schema_len = (size_t)sl;
+        /* Records written before schema_base existed end here. */
+        if (rd_left(r) > 0)
+            c->schema_base = rd_u64be(r);
         return true;
     }
     case META_CMD_SET_LEADER:

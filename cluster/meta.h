@@ -107,7 +107,8 @@ typedef enum {
     META_CMD_ADD_LEARNER,       /* partition_id, epoch, node_id */
     META_CMD_PROMOTE,           /* partition_id, epoch, node_id (a learner) */
     META_CMD_REMOVE_REPLICA,    /* partition_id, epoch, node_id */
-    META_CMD_TABLE_SCHEMA,      /* table_id, schema (replaces the blob; UpdateTable, tags) */
+    META_CMD_TABLE_SCHEMA,      /* table_id, schema (replaces the blob; UpdateTable, tags),
+                                   schema_base */
     META_CMD_KIND_MAX = META_CMD_TABLE_SCHEMA,
 } meta_cmd_kind;
 
@@ -122,6 +123,11 @@ typedef struct {
     size_t name_len;
     const uint8_t *schema;
     size_t schema_len;
+    /* TABLE_SCHEMA: meta_schema_hash() of the blob the change was built from; the change
+     * is refused (ERR_BUSY) if the table holds another by then, so that two changes made
+     * at once from one state cannot lose one another. 0: replaces any (records written
+     * before the field existed). */
+    uint64_t schema_base;
     const meta_partition *parts; /* TABLE_CREATE: epoch is set to 1 on apply */
     size_t n_parts;
     uint64_t partition_id;
@@ -156,6 +162,8 @@ int meta_fsm_apply(void *ctx, uint64_t group, uint64_t index, const void *cmd, s
 const meta_node *meta_node_find(const meta_state *s, uint64_t id);
 const meta_table *meta_table_find(const meta_state *s, uint32_t id);
 const meta_table *meta_table_find_name(const meta_state *s, const char *name, size_t len);
+/* The hash a TABLE_SCHEMA command names as its base (never 0). */
+uint64_t meta_schema_hash(const meta_table *t);
 const meta_partition *meta_partition_find(const meta_state *s, uint64_t id);
 /* The partitions of a table, in hash order (contiguous in the state); *n = 0 if none. */
 const meta_partition *meta_table_partitions(const meta_state *s, uint32_t table_id, size_t *n);

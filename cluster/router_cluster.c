@@ -324,6 +324,7 @@ struct op {
                         cut the key from (split_parent_owning) */
     bool in_flight;  /* an attempt (rpc call, submit, read check) is outstanding */
     bool waiting;    /* OP_META: committed, waiting for the local map to hold it */
+    bool refused;    /* OP_META: ...and the change was refused (ERR_BUSY), not made */
     uint64_t wait_index;
     router_cb wcb; /* OP_WRITE, OP_META */
     router_read_cb rcb;
@@ -1436,10 +1437,13 @@ static void fetch_meta(rcluster *c);
 static void meta_committed(op *o, strata_code code, const char *msg, uint64_t index)
 {
     rcluster *c = o->c;
-    if (code != ERR_NONE) {
+    if (code != ERR_NONE && code != ERR_BUSY) {
         op_fail_code(o, code, msg);
         return;
     }
+    /* A change refused because the table changed first (ERR_BUSY) also waits until this
+     * node's map holds that change: the caller builds it again from there. */
+    o->refused = code == ERR_BUSY;
     o->waiting = true;
     o->wait_index = index;
     if (c->meta_index >= index) {
@@ -1559,8 +1563,11 @@ static void finish_meta_waiters(rcluster *c)
         if (o->kind != OP_META || !o->waiting)
             continue;
         if (c->meta_index >= o->wait_index) {
+            strata_err busy;
+            if (o->refused)
+                strata_err_set(&busy, ERR_BUSY, "the table changed while this change was made");
             if (o->wcb != NULL)
-                o->wcb(o->ctx, NULL, NULL, 0);
+                o->wcb(o->ctx, o->refused ? &busy : NULL, NULL, 0);
             op_free(o);
             next = c->live; /* the callback may have started or ended other ops */
         } else if (now_ms(c) >= o->deadline) {
@@ -5462,11 +5469,13 @@ int rcluster_catalog_write(rcluster *c, const uint8_t *rec, size_t len, router_c
             return strata_err_set(err, ERR_RESOURCE_NOT_FOUND, "Requested resource not found");
         cmd = (meta_cmd){.kind = META_CMD_TABLE_DROP, .now_ms = wall_ms(), .table_id = t->id};
     } else if (t != NULL) {
+        /* The caller built rec from the catalog, which mirrors this map: t's blob. */
         cmd = (meta_cmd){.kind = META_CMD_TABLE_SCHEMA,
                          .now_ms = wall_ms(),
                          .table_id = t->id,
                          .schema = rec,
-                         .schema_len = len};
+                         .schema_len = len,
+                         .schema_base = meta_schema_hash(t)};
     } else {
         return create_table(c, rec, len, cb, ctx, err);
     }

@@ -155,6 +155,8 @@ typedef struct api_deferred {
 
 typedef struct {
     bool busy;
+    void (*running)(api_request *req); /* the change being made, to make it again */
+    unsigned attempts;                 /* times it was refused (the table changed first) */
     api_deferred *head, *tail;
 } api_serial;
 

@@ -19,6 +19,7 @@
 
 #define ACCOUNT_ID         "000000000000"
 #define MAX_CAPACITY_UNITS 40000 /* DescribeLimits' per-table maximum */
+#define CHANGE_ATTEMPTS    20    /* a change other nodes' changes keep refusing fails then */
 
 /* ---- helpers ---- */
 
@@ -122,6 +123,8 @@ static void serial_run(api_request *req, void (*fn)(api_request *req))
     api_serial *q = api_server_serial(req->srv);
     if (!q->busy) {
         q->busy = true;
+        q->running = fn;
+        q->attempts = 0;
         fn(req);
         return;
     }
@@ -151,6 +154,8 @@ static void serial_done(api_server *srv)
     q->head = d->next;
     if (q->head == NULL)
         q->tail = NULL;
+    q->running = d->fn;
+    q->attempts = 0;
     d->fn(d->req);
 }
 
@@ -173,8 +178,24 @@ static void on_change_durable(void *ctx, const strata_err *err, const uint8_t *r
     change *c = ctx;
     api_request *req = c->req;
     api_server *srv = req->srv;
+    api_serial *q = api_server_serial(srv);
     (void)result;
     (void)len;
+    if (err != NULL && err->code == ERR_BUSY && q->attempts < CHANGE_ATTEMPTS) {
+        /* Another node changed the table first (the map refused this change, and this
+         * node's catalog now holds the other one): build it again from there. */
+        catalog_table_free(&c->next);
+        free(c);
+        q->attempts++;
+        q->running(req);
+        return;
+    }
+    strata_err gone;
+    if (err != NULL && err->code == ERR_NOT_FOUND) { /* dropped meanwhile (by another node) */
+        strata_err_set(&gone, ERR_RESOURCE_NOT_FOUND,
+                       "Requested resource not found: Table: %s not found", c->next.schema.name);
+        err = &gone;
+    }
     if (err != NULL)
         api_respond_err(req, err);
     else
@@ -216,6 +237,8 @@ static void submit_change(api_request *req, table_info *next, bool drop,
 /* ---- CreateTable ---- */
 
 static const char *const billing_modes[] = {"PROVISIONED", "PAY_PER_REQUEST", NULL};
+/* Validated, and otherwise without effect: every table is served the same way. */
+static const char *const table_classes[] = {"STANDARD", "STANDARD_INFREQUENT_ACCESS", NULL};
 
 typedef struct {
     bool present;
@@ -257,8 +280,9 @@ static int parse_throughput(api_request *req, api_verr *v, throughput *out, stra
     return 0;
 }
 
-/* Checks the throughput against the billing mode; 0 or -1 with DynamoDB's message. */
-static int check_billing(billing_mode mode, const throughput *tp, strata_err *err)
+/* Checks the throughput against the billing mode (`named`: the request gave it, rather
+ * than PROVISIONED by default); 0 or -1 with DynamoDB's message. */
+static int check_billing(billing_mode mode, bool named, const throughput *tp, strata_err *err)
 {
     if (mode == BILLING_PAY_PER_REQUEST && tp->present)
         return strata_err_set(err, ERR_VALIDATION,
@@ -267,7 +291,10 @@ static int check_billing(billing_mode mode, const throughput *tp, strata_err *er
                               "BillingMode is PAY_PER_REQUEST");
     if (mode == BILLING_PROVISIONED && !tp->present)
         return strata_err_set(err, ERR_VALIDATION,
-                              "No provisioned throughput specified for the table");
+                              named ? "One or more parameter values were invalid: "
+                                      "ReadCapacityUnits and WriteCapacityUnits must both be "
+                                      "specified when BillingMode is PROVISIONED"
+                                    : "No provisioned throughput specified for the table");
     if (tp->present && (tp->read > MAX_CAPACITY_UNITS || tp->write > MAX_CAPACITY_UNITS))
         return strata_err_set(err, ERR_LIMIT_EXCEEDED,
                               "Subscriber limit exceeded: Provisioned throughput for a table "
@@ -371,8 +398,9 @@ static void create_table_now(api_request *req)
         change_fail(req, &err);
         return;
     }
-    const char *bm = NULL;
-    if (api_param_string(req, "BillingMode", false, &bm, NULL, &err) < 0) {
+    const char *bm = NULL, *tclass = NULL;
+    if (api_param_string(req, "BillingMode", false, &bm, NULL, &err) < 0 ||
+        api_param_string(req, "TableClass", false, &tclass, NULL, &err) < 0) {
         change_fail(req, &err);
         return;
     }
@@ -410,6 +438,7 @@ static void create_table_now(api_request *req)
     if (billing < 0)
         billing = BILLING_PROVISIONED;
     parse_throughput(req, &v, &tp, &err);
+    check_enum(&v, tclass, "tableClass", table_classes, false);
     const char *key_name[2] = {NULL, NULL};
     int key_type[2] = {-1, -1};
     size_t n_keys = 0;
@@ -453,7 +482,7 @@ static void create_table_now(api_request *req)
     }
 
     /* Rules between members, in the order DynamoDB reports them. */
-    if (check_billing((billing_mode)billing, &tp, &err) < 0) {
+    if (check_billing((billing_mode)billing, bm != NULL, &tp, &err) < 0) {
         change_fail(req, &err);
         return;
     }
@@ -751,7 +780,7 @@ static void update_table_now(api_request *req)
     size_t len;
     json_t *gsi_updates, *stream, *sse, *replicas;
     throughput tp;
-    const char *bm;
+    const char *bm, *tclass;
     bool has_protect = json_object_get(req->body, "DeletionProtectionEnabled") != NULL &&
                        !json_is_null(json_object_get(req->body, "DeletionProtectionEnabled"));
     bool protect;
@@ -762,11 +791,13 @@ static void update_table_now(api_request *req)
         api_param_array(req, "ReplicaUpdates", &replicas, &err) < 0 ||
         api_param_bool(req, "DeletionProtectionEnabled", false, &protect, &err) < 0 ||
         api_param_string(req, "BillingMode", false, &bm, NULL, &err) < 0 ||
+        api_param_string(req, "TableClass", false, &tclass, NULL, &err) < 0 ||
         parse_throughput(req, &v, &tp, &err) < 0) {
         change_fail(req, &err);
         return;
     }
     int billing = check_enum(&v, bm, "billingMode", billing_modes, false);
+    check_enum(&v, tclass, "tableClass", table_classes, false);
     api_check_table_name(&v, name, len, "tableName");
     if (api_verr_finish(&v, &err) < 0) {
         change_fail(req, &err);
@@ -785,7 +816,7 @@ static void update_table_now(api_request *req)
         return;
     }
     if (!tp.present && billing < 0 && stream == NULL && sse == NULL && replicas == NULL &&
-        !has_protect) {
+        !has_protect && tclass == NULL) {
         strata_err_set(&err, ERR_VALIDATION,
                        "At least one of ProvisionedThroughput, BillingMode, UpdateStreamEnabled, "
                        "GlobalSecondaryIndexUpdates or SSESpecification or ReplicaUpdates is "
@@ -795,7 +826,7 @@ static void update_table_now(api_request *req)
     }
     billing_mode mode = billing >= 0 ? (billing_mode)billing : t->billing;
     if (mode == BILLING_PAY_PER_REQUEST && tp.present) {
-        check_billing(mode, &tp, &err);
+        check_billing(mode, true, &tp, &err);
         change_fail(req, &err);
         return;
     }
@@ -806,7 +837,7 @@ static void update_table_now(api_request *req)
         change_fail(req, &err);
         return;
     }
-    if (tp.present && check_billing(mode, &tp, &err) < 0) {
+    if (tp.present && check_billing(mode, true, &tp, &err) < 0) {
         change_fail(req, &err);
         return;
     }

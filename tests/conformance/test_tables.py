@@ -138,6 +138,22 @@ def test_create_table_key_schema_errors(ddb, name):
                                     {"AttributeName": "pk", "KeyType": "RANGE"}])
 
 
+def test_create_table_billing_and_class_errors(ddb, name):
+    with ddb_error("ValidationException", "One or more parameter values were invalid: "
+                   "ReadCapacityUnits and WriteCapacityUnits must both be specified when "
+                   "BillingMode is PROVISIONED"):
+        ddb.create_table(TableName=name, BillingMode="PROVISIONED", **key_args())
+    with ddb_error("ValidationException", match=r"(1 validation error detected: )?Value 'BOGUS' "
+                   r"at 'tableClass' failed to satisfy constraint: Member must satisfy enum "
+                   r"value set: \[STANDARD, STANDARD_INFREQUENT_ACCESS\]"):
+        ddb.create_table(TableName=name, BillingMode="PAY_PER_REQUEST", TableClass="BOGUS",
+                         **key_args())
+    ddb.create_table(TableName=name, BillingMode="PAY_PER_REQUEST",
+                     TableClass="STANDARD_INFREQUENT_ACCESS", **key_args())
+    wait_active(ddb, name)
+    ddb.update_table(TableName=name, TableClass="STANDARD")  # a change of class alone
+
+
 @pytest.mark.stratad_missing("GSIs and LSIs: index validation not implemented yet (later issue)")
 def test_create_table_invalid_index_is_validation_error(ddb, name):
     """An index whose key attribute is not in AttributeDefinitions is refused."""

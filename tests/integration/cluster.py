@@ -25,6 +25,8 @@ labels h1..h3) on free ports in a temporary directory, then checks:
  f) CreateTable of different tables through the three nodes at once, round after round:
     every one succeeds (each node stamps the next free table id from its copy of the map;
     the loser of a clash re-stamps and proposes again) and every table has its own id;
+    TagResource through the three nodes at once keeps every tag; DeleteTable of one table
+    through the three at once deletes it, the others get ResourceNotFoundException;
  g) the node leading the most partitions stops with SIGTERM while writers write through the
     other two: it hands its leadership over first (its log says so), so the partitions it
     led have leaders on the others the moment it has exited, no client write fails, every
@@ -661,6 +663,48 @@ def part_f(cl, rounds=4):
     check(len(ids) == len(names), "%d tables share %d ids" % (len(names), len(ids)))
     log("f) ok: %d tables created %d at a time through the 3 nodes, all with their own id" %
         (len(names), len(clients)))
+
+    # Table changes at once through every node: each one is made on the state the
+    # others left (the map refuses a change built on an older one, and it is made again),
+    # so none is lost; a table deleted by several at once is deleted by one, and the
+    # others are told it is not there.
+    arn = clients[0].describe_table(TableName=names[0])["Table"]["TableArn"]
+    per_node = 4
+
+    def tag(c, nid):
+        for i in range(per_node):
+            try:
+                c.tag_resource(ResourceArn=arn, Tags=[{"Key": "n%d-%d" % (nid, i), "Value": "v"}])
+            except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as e:
+                errors.append("TagResource: %s" % e)
+    ts = [threading.Thread(daemon=True, target=tag, args=(c, i + 1)) for i, c in enumerate(clients)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    check(not errors, "concurrent TagResource failed: %s" % errors[:3])
+    for c in clients:
+        keys = {t["Key"] for t in c.list_tags_of_resource(ResourceArn=arn)["Tags"]}
+        check(len(keys) == per_node * len(clients),
+              "%d of %d tags made at once survive" % (len(keys), per_node * len(clients)))
+    outcomes = []
+
+    def delete(c):
+        try:
+            c.delete_table(TableName=names[1])
+            outcomes.append("deleted")
+        except botocore.exceptions.ClientError as e:
+            outcomes.append(e.response["Error"]["Code"])
+    ts = [threading.Thread(daemon=True, target=delete, args=(c,)) for c in clients]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    check(outcomes.count("deleted") >= 1 and
+          all(o in ("deleted", "ResourceNotFoundException") for o in outcomes),
+          "DeleteTable through 3 nodes at once: %s" % outcomes)
+    log("f) ok: %d tags made at once through the 3 nodes all kept; DeleteTable at once: %s" %
+        (per_node * len(clients), sorted(outcomes)))
 
 
 def run_on_cluster(stratad, prefix, body, errors=()):
