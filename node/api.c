@@ -35,7 +35,18 @@ struct api_server {
     uint64_t inflight;
     int log_level;
     api_serial serial;
+    /* Admission of the operations that read or write many items (api_op.heavy): at most
+     * HEAVY_RUNNING run at once, the next HEAVY_QUEUED wait in arrival order, more are
+     * refused (503, which the SDKs retry with backoff). One loop serves every request, so
+     * without a bound a burst of Scans (or clients that sent them and left) keeps it busy
+     * for all the others; queued requests whose client has gone are dropped unrun. */
+    unsigned heavy_running, heavy_queued;
+    api_request *queue_head, *queue_tail;
+    bool pumping;
 };
+
+#define HEAVY_RUNNING 16
+#define HEAVY_QUEUED  1024
 
 api_serial *api_server_serial(api_server *s)
 {
@@ -45,11 +56,12 @@ api_serial *api_server_serial(api_server *s)
 typedef struct {
     const char *name;
     void (*fn)(api_request *req);
+    bool heavy; /* reads or writes many items: admitted in bounded numbers (see above) */
 } api_op;
 
 static const api_op ops[] = {
-    {"BatchGetItem", api_batch_get_item},
-    {"BatchWriteItem", api_batch_write_item},
+    {"BatchGetItem", api_batch_get_item, true},
+    {"BatchWriteItem", api_batch_write_item, true},
     {"CreateTable", api_create_table},
     {"DeleteItem", api_delete_item},
     {"DeleteTable", api_delete_table},
@@ -61,8 +73,8 @@ static const api_op ops[] = {
     {"ListTables", api_list_tables},
     {"ListTagsOfResource", api_list_tags_of_resource},
     {"PutItem", api_put_item},
-    {"Query", api_query},
-    {"Scan", api_scan},
+    {"Query", api_query, true},
+    {"Scan", api_scan, true},
     {"TagResource", api_tag_resource},
     {"UntagResource", api_untag_resource},
     {"UpdateItem", api_update_item},
@@ -193,6 +205,14 @@ api_server *api_server_new(const api_config *cfg, strata_err *err)
 
 void api_server_free(api_server *s)
 {
+    /* Queued requests never ran: answer them (their connections are closed by now, so
+     * that only frees them). */
+    s->pumping = true;
+    while (s->queue_head != NULL) {
+        api_request *req = s->queue_head;
+        s->queue_head = req->queue_next;
+        api_respond_error(req, ERR_UNAVAILABLE, "The server is shutting down");
+    }
     free(s);
 }
 
@@ -273,6 +293,8 @@ static void log_request(const api_request *req, int status, const char *error)
             error ? error : "", (double)(now_ns() - req->start_ns) / 1e6);
 }
 
+static void pump_heavy(api_server *s);
+
 static void finish(api_request *req)
 {
     assert(!req->answered);
@@ -281,6 +303,60 @@ static void finish(api_request *req)
         json_decref(req->body);
     req->body = NULL;
     req->srv->inflight--;
+    if (req->heavy) {
+        req->srv->heavy_running--;
+        pump_heavy(req->srv);
+    }
+}
+
+/* Starts queued heavy requests while there is room. Answers can come back inside
+ * req->run (validation errors) and call this again: the outer call does the work. */
+static void pump_heavy(api_server *s)
+{
+    if (s->pumping)
+        return;
+    s->pumping = true;
+    while (s->heavy_running < HEAVY_RUNNING && s->queue_head != NULL) {
+        api_request *req = s->queue_head;
+        s->queue_head = req->queue_next;
+        if (s->queue_head == NULL)
+            s->queue_tail = NULL;
+        s->heavy_queued--;
+        s->heavy_running++;
+        req->heavy = true;
+        if (http_request_disconnected(req->http))
+            api_respond_error(req, ERR_UNAVAILABLE, "The client has gone"); /* just freed */
+        else
+            req->run(req);
+    }
+    s->pumping = false;
+}
+
+/* Runs a request now, or queues it behind the heavy ones running, or refuses it. */
+static void admit(api_server *s, api_request *req, const api_op *op)
+{
+    req->run = op->fn;
+    if (!op->heavy) {
+        op->fn(req);
+        return;
+    }
+    if (s->heavy_running < HEAVY_RUNNING && s->queue_head == NULL) {
+        s->heavy_running++;
+        req->heavy = true;
+        op->fn(req);
+        return;
+    }
+    if (s->heavy_queued >= HEAVY_QUEUED) {
+        api_respond_error(req, ERR_UNAVAILABLE,
+                          "Too many requests are waiting on this node; retry with backoff");
+        return;
+    }
+    if (s->queue_tail != NULL)
+        s->queue_tail->queue_next = req;
+    else
+        s->queue_head = req;
+    s->queue_tail = req;
+    s->heavy_queued++;
 }
 
 void api_respond_raw(api_request *req, const char *json, size_t len)
@@ -701,7 +777,7 @@ void api_handle(http_request *http, void *data)
     memcpy(req->request_id, id, sizeof id);
     req->start_ns = now_ns();
     s->inflight++;
-    op->fn(req);
+    admit(s, req, op);
 }
 
 /* ---- validation errors ---- */

@@ -49,6 +49,9 @@ typedef struct api_request {
     char request_id[53]; /* x-amzn-RequestId (52 characters) */
     uint64_t start_ns;   /* monotonic, when the request arrived */
     bool answered;       /* set by the respond functions (debug check) */
+    bool heavy;          /* holds one of the heavy operations' places (api.c, admit) */
+    void (*run)(struct api_request *req); /* the operation */
+    struct api_request *queue_next;       /* waiting for a heavy operation's place */
 } api_request;
 
 /* ---- Answering (each frees the request) ---- */
