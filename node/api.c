@@ -157,11 +157,12 @@ static void admin_split(api_request *req)
     json_t *part = json_object_get(req->body, "partition");
     json_t *hash = json_object_get(req->body, "hash");
     const char *hex = json_string_value(hash);
-    char *end = NULL;
-    uint64_t h = hex != NULL ? strtoull(hex, &end, 16) : 0;
+    /* Hex digits only: strtoull alone would also take a sign or leading spaces. */
+    size_t hl = hex != NULL ? strlen(hex) : 0;
+    bool hex_ok = hl >= 1 && hl <= 16 && strspn(hex, "0123456789abcdefABCDEF") == hl;
+    uint64_t h = hex_ok ? strtoull(hex, NULL, 16) : 0;
     strata_err err;
-    if (!json_is_integer(part) || json_integer_value(part) <= 0 ||
-        (hash != NULL && (hex == NULL || end == hex || *end != '\0' || strlen(hex) > 16))) {
+    if (!json_is_integer(part) || json_integer_value(part) <= 0 || (hash != NULL && !hex_ok)) {
         api_respond_error(req, ERR_VALIDATION,
                           "expected {\"partition\": id, \"hash\": \"16 hex digits\" (optional)}");
         return;

@@ -146,8 +146,8 @@ static void header_value(const char *head, const char *name, char *out, size_t c
 }
 
 /* Sends one request on a fresh connection; extra_headers is "Name: value\r\n"... */
-static void http_call(const char *method, const char *extra_headers, const char *body,
-                      response *out)
+static void http_call_to(const char *method, const char *path, const char *extra_headers,
+                         const char *body, response *out)
 {
     memset(out, 0, sizeof *out);
     int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -158,9 +158,9 @@ static void http_call(const char *method, const char *extra_headers, const char 
     size_t blen = body ? strlen(body) : 0;
     char *req = NULL;
     int n = asprintf(&req,
-                     "%s / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n"
+                     "%s %s HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n"
                      "%sContent-Length: %zu\r\n\r\n%s",
-                     method, extra_headers ? extra_headers : "", blen, body ? body : "");
+                     method, path, extra_headers ? extra_headers : "", blen, body ? body : "");
     assert_true(n > 0);
     assert_int_equal(write(fd, req, (size_t)n), n);
     free(req);
@@ -194,6 +194,12 @@ static void http_call(const char *method, const char *extra_headers, const char 
     char want[32];
     snprintf(want, sizeof want, "%u", http_crc32(out->body, out->body_len));
     assert_string_equal(out->crc, want);
+}
+
+static void http_call(const char *method, const char *extra_headers, const char *body,
+                      response *out)
+{
+    http_call_to(method, "/", extra_headers, body, out);
 }
 
 #define AUTH                                                                                       \
@@ -411,6 +417,23 @@ static void test_incomplete_signature(void **state)
 }
 
 /* The check itself: bounded output, long headers cut short. */
+/* POST /admin/split takes the split hash as 1-16 hex digits and nothing else (no sign,
+ * no spaces: strtoull alone would take "-1" as the last hash). */
+static void test_admin_split_hash(void **state)
+{
+    (void)state;
+    static const char *const bad[] = {"-1", " 1", "+1", "", "x1", "11111111111111111"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char body[128];
+        snprintf(body, sizeof body, "{\"partition\":1,\"hash\":\"%s\"}", bad[i]);
+        response r;
+        http_call_to("POST", "/admin/split", "Content-Type: application/json\r\n", body, &r);
+        expect_error(&r, 400, VALIDATION,
+                     "expected {\"partition\": id, \"hash\": \"16 hex digits\" (optional)}");
+        response_free(&r);
+    }
+}
+
 static void test_check_authorization(void **state)
 {
     (void)state;
@@ -925,6 +948,7 @@ int main(void)
         cmocka_unit_test(test_protocol_errors),
         cmocka_unit_test(test_incomplete_signature),
         cmocka_unit_test(test_check_authorization),
+        cmocka_unit_test(test_admin_split_hash),
         cmocka_unit_test(test_request_ids_unique),
         cmocka_unit_test(test_create_describe),
         cmocka_unit_test(test_create_validation),
