@@ -23,10 +23,10 @@ import botocore.config
 import botocore.exceptions
 
 
-def start(stratad, data_dir, log):
-    proc = subprocess.Popen([stratad, "--listen", "127.0.0.1:0", "--data-dir", data_dir,
-                             "--initial-partitions", "4"],
-                            stdout=subprocess.PIPE, stderr=log, text=True)
+def start(stratad, data_dir, log, args=("--initial-partitions", "4")):
+    """stratad on a free port (single node); returns (process, "http://host:port")."""
+    proc = subprocess.Popen([stratad, "--listen", "127.0.0.1:0", "--data-dir", data_dir]
+                            + list(args), stdout=subprocess.PIPE, stderr=log, text=True)
     deadline = time.time() + 60
     while time.time() < deadline:
         line = proc.stdout.readline()

@@ -17,11 +17,9 @@ Every wait polls with a deadline.
 """
 import json
 import os
-import re
 import shutil
 import socket
 import struct
-import subprocess
 import sys
 import tempfile
 import threading
@@ -34,6 +32,9 @@ import botocore.config
 import botocore.credentials
 import botocore.exceptions
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import durability  # noqa: E402  (its start(): one stratad on a free port)
+
 LIGHT_LIMIT_S = 3.0  # a ListTables answer while heavy requests are queued
 CREDS = botocore.credentials.Credentials("x", "x")
 TABLE = "heavy"
@@ -45,19 +46,10 @@ def log(msg):
 
 
 def start(stratad, data_dir, logf):
-    proc = subprocess.Popen([stratad, "--listen", "127.0.0.1:0", "--data-dir", data_dir,
-                             "--initial-partitions", "2", "--throttle", "false"],
-                            stdout=subprocess.PIPE, stderr=logf, text=True)
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        m = re.match(r"stratad: serving on http://([0-9.]+):(\d+)", line)
-        if m:
-            return proc, m.group(1), int(m.group(2))
-    proc.kill()
-    raise SystemExit("stratad did not start (see its log)")
+    proc, url = durability.start(stratad, data_dir, logf,
+                                 ("--initial-partitions", "2", "--throttle", "false"))
+    host, port = url[len("http://"):].rsplit(":", 1)
+    return proc, host, int(port)
 
 
 def signed_scan(host, port):
