@@ -33,7 +33,8 @@ labels h1..h3) on free ports in a temporary directory, then checks:
     acknowledged write reads back; it restarts and catches up;
  h) a node stopped with SIGTERM while the other two are frozen (SIGSTOP) waits for the
     hand-off only its bounded time, logs the groups it could not hand over, exits 0;
- i) holding every table of a) to f), the node leading the most partitions stops with
+ i) holding every table of a) to f), once their leaders are within 1 of even again (the
+    balancing after h)'s restart done), the node leading the most partitions stops with
     SIGTERM alone, idle: the other two then lead within 2 of even (its partitions spread,
     fewest first); then the other two stop with SIGTERM at once: each exits 0 and neither
     hands leaderships to the other (no "not handed over in time" or "did not move" in
@@ -805,14 +806,26 @@ def leads(cl):
 
 
 def part_i(cl):
-    """The cluster, holding the 13 tables of a) to f), stops: first the node leading the
+    """The cluster, holding the 12 tables a) to f) leave, stops: first the node leading the
     most partitions alone, while idle: it spreads them over the other two (fewest first),
     which then lead within 2 of even; then the other two with SIGTERM at once: each tells
     the other it is going, so neither hands its groups to the other (they would pass them
     around until the hand-off's 1.5 s ran out, then say which groups they could not hand
     over)."""
-    before = leads(cl)
-    groups = sum(before.values())
+    # Idle: the leader balancing that follows h)'s restart has finished (its transfers,
+    # still in flight, would otherwise add to the hand-off's and skew the spread).
+    groups = len((cl.nodes[0].admin() or {}).get("partitions", []))
+    got = [None]
+
+    def settled():
+        got[0] = leads(cl)
+        return (len(got[0]) == 3 and sum(got[0].values()) == groups and
+                max(got[0].values()) - min(got[0].values()) <= 1)
+    try:
+        poll(settled, LEADERS_DEADLINE_S + 30, "leaders of every table within 1 of even", 0.3)
+    except Failure as e:
+        raise Failure("%s (last counts: %s of %d)" % (e, got[0], groups))
+    before = got[0]
     victim = cl.node(max(before, key=before.get))
     rc = victim.stop()
     check(rc == 0, "node %d exited with %d on SIGTERM (want 0)" % (victim.id, rc))
