@@ -263,7 +263,11 @@ static int add_signed(const num *a, const num *b, bool negate_b, num *out, strat
         last--;
     long exp = (long)(POS_HIGH - first) + 1;
     size_t nd = (size_t)(last - first + 1);
-    /* Slot 0 is 10^126, one above the largest in-range digit: a carry there overflows. */
+    /* Slot 0 is 10^126, one above the largest in-range digit: a carry there overflows.
+     * A result past 38 digits (1E+50 + 1) is refused too, and DynamoDB words that one as
+     * an overflow as well, not as the precision error a parsed number gets. */
+    if (nd > NUM_MAX_DIGITS)
+        return strata_err_set(err, ERR_VALIDATION, MSG_OVERFLOW);
     if (check_limits(exp, nd, err) != 0)
         return -1;
     out->neg = big_neg;

@@ -8,8 +8,9 @@
  * are not significant. Arithmetic is exact: a result that needs more than 38
  * significant digits, or falls outside the range, is an error with DynamoDB's message
  * ("Number overflow. Attempting to store a number with magnitude larger than supported
- * range", "Number underflow. ...", "Attempting to store more than 38 significant digits
- * in a Number"), never a rounded value.
+ * range", also for a result past 38 digits; "Number underflow. ..."), never a rounded
+ * value. Parsing says "Attempting to store more than 38 significant digits in a Number"
+ * of an input past 38 digits.
  *
  * Representation (normalized, so equal numbers have equal bytes):
  *   value = (neg ? -1 : 1) * 0.d[0] d[1] ... d[ndigits-1] * 10^exp

@@ -149,6 +149,14 @@ def test_arithmetic_overflow(ddb, table):
     with ddb_error("ValidationException", OVERFLOW):
         ddb.update_item(TableName=table, Key=key, UpdateExpression="SET m = m - :v",
                         ExpressionAttributeValues={":v": N("1E+125")})
+    # A result past 38 digits is refused with the same message (1E+50 - 1 cannot be held;
+    # DynamoDB calls it an overflow, not the precision error of a parsed number).
+    with ddb_error("ValidationException", OVERFLOW):
+        ddb.update_item(TableName=table, Key=key, UpdateExpression="SET p = :a - :b",
+                        ExpressionAttributeValues={":a": N("1E+50"), ":b": N(1)})
+    with ddb_error("ValidationException", OVERFLOW):
+        ddb.update_item(TableName=table, Key=key, UpdateExpression="SET p = :a + :b",
+                        ExpressionAttributeValues={":a": N("1E+50"), ":b": N(1)})
     # The item is unchanged; a result right at the limit is fine.
     ddb.update_item(TableName=table, Key=key, UpdateExpression="SET n = n - :v",
                     ExpressionAttributeValues={":v": N(MAX_N)})
