@@ -21,12 +21,13 @@
 #define ENDPOINT_MAX       512
 #define PEER_TIMEOUT_MS    2000 /* per other node under --all: a dead node must not stall it */
 #define PEERS_MAX          4096 /* nodes asked under --all */
-#define REMOVE_WAIT_MS     60000 /* node remove: the longest wait for its last replicas */
+#define REMOVE_WAIT_S      60   /* node remove: the longest wait for its last replicas */
 #define REMOVE_POLL_MS     200
 
 typedef struct {
     const char *endpoint;
     int timeout_ms;
+    int wait_s; /* node remove: --wait */
     const char *command;
     const char *subcommand;
     bool all;            /* cluster status: also ask every other node for its replicas */
@@ -47,9 +48,10 @@ static void usage(FILE *f)
                "                          every other node for the state of its replicas\n"
                "  node drain ID           move every replica off node ID (it keeps serving);\n"
                "                          `cluster status` shows its replicas reach 0\n"
-               "  node remove ID          retire node ID once it holds no replica; waits until\n"
-               "                          the node runs none (Raft lets go of it), so that\n"
-               "                          it can be stopped\n"
+               "  node remove ID [--wait S]\n"
+               "                          retire node ID once it holds no replica; waits up to\n"
+               "                          S seconds (default 60) until the node runs none\n"
+               "                          (Raft lets go of it), so that it can be stopped\n"
                "  node activate ID        cancel a drain\n"
                "  leader rebalance        even out partition leaders over the ACTIVE nodes now\n"
                "                          (POST /admin/rebalance-leaders; the cluster also does\n"
@@ -87,6 +89,8 @@ static int parse_args(int argc, char **argv, cli_args *args, FILE *errout)
     const char *env = getenv("STRATA_ENDPOINT");
     args->endpoint = env && env[0] ? env : DEFAULT_ENDPOINT;
     args->timeout_ms = DEFAULT_TIMEOUT_MS;
+    args->wait_s = REMOVE_WAIT_S;
+    bool wait_given = false;
     args->command = NULL;
     args->subcommand = NULL;
     args->all = false;
@@ -107,6 +111,15 @@ static int parse_args(int argc, char **argv, cli_args *args, FILE *errout)
                 return -1;
             }
             args->timeout_ms = (int)ms;
+        } else if ((v = option_value(argc, argv, &i, "--wait")) != NULL) {
+            char *end;
+            long sec = strtol(v, &end, 10);
+            if (*end != '\0' || sec < 0 || sec > 24 * 3600) {
+                fprintf(errout, "strata: bad --wait %s (seconds)\n", v);
+                return -1;
+            }
+            args->wait_s = (int)sec;
+            wait_given = true;
         } else if (strcmp(argv[i], "--all") == 0) {
             args->all = true;
         } else if (argv[i][0] == '-') {
@@ -133,6 +146,11 @@ static int parse_args(int argc, char **argv, cli_args *args, FILE *errout)
     }
     if (args->command == NULL) {
         fprintf(errout, "strata: no command\n");
+        return -1;
+    }
+    if (wait_given && (strcmp(args->command, "node") != 0 || args->subcommand == NULL ||
+                       strcmp(args->subcommand, "remove") != 0)) {
+        fprintf(errout, "strata: --wait belongs to node remove\n");
         return -1;
     }
     if (args->all && strcmp(args->command, "cluster") != 0) {
@@ -412,7 +430,7 @@ static int wait_replicas_gone(const cli_args *args, uint64_t id, FILE *out, FILE
                 id);
         return CLI_EXIT_OK;
     }
-    int64_t deadline = cli_mono_ms() + REMOVE_WAIT_MS;
+    int64_t deadline = cli_mono_ms() + (int64_t)args->wait_s * 1000;
     for (;;) {
         uint64_t self;
         size_t left;
@@ -432,7 +450,7 @@ static int wait_replicas_gone(const cli_args *args, uint64_t id, FILE *out, FILE
                     "strata: node %" PRIu64 ": REMOVED, but after %d s it still runs %zu "
                     "replica%s that Raft may count: stop it once `strata cluster status --all` "
                     "shows no \"(leaving)\" row for it\n",
-                    id, REMOVE_WAIT_MS / 1000, left, left == 1 ? "" : "s");
+                    id, args->wait_s, left, left == 1 ? "" : "s");
             return CLI_EXIT_UNHEALTHY;
         }
         struct timespec pause = {.tv_nsec = REMOVE_POLL_MS * 1000000L};

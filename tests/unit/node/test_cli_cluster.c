@@ -404,8 +404,8 @@ static void *scripted_serve(void *arg)
     }
 }
 
-static int remove_against(scripted_node *sn, char *outbuf, size_t outcap, char *errbuf,
-                          size_t errcap)
+static int remove_against(scripted_node *sn, const char *wait, char *outbuf, size_t outcap,
+                          char *errbuf, size_t errcap)
 {
     sn->fd = socket(AF_INET, SOCK_STREAM, 0);
     assert_true(sn->fd >= 0);
@@ -418,10 +418,11 @@ static int remove_against(scripted_node *sn, char *outbuf, size_t outcap, char *
     assert_int_equal(pthread_create(&t, NULL, scripted_serve, sn), 0);
     char ep[64];
     snprintf(ep, sizeof ep, "127.0.0.1:%u", ntohs(a.sin_port));
-    char *argv[] = {"strata", "--endpoint", ep, "node", "remove", "1", NULL};
+    char *argv[] = {"strata", "--endpoint", ep,           "node", "remove",
+                    "1",      "--wait",     (char *)wait, NULL};
     FILE *out = fmemopen(outbuf, outcap, "w");
     FILE *errout = fmemopen(errbuf, errcap, "w");
-    int code = strata_cli_main(6, argv, out, errout);
+    int code = strata_cli_main(wait != NULL ? 8 : 6, argv, out, errout);
     fclose(out);
     fclose(errout);
     shutdown(sn->fd, SHUT_RDWR); /* wakes the accept */
@@ -437,15 +438,25 @@ static void remove_waits_for_replicas(void **state)
     (void)state;
     char out[512] = "", err[512] = "";
     scripted_node sn = {.lingering = 3};
-    assert_int_equal(remove_against(&sn, out, sizeof out, err, sizeof err), CLI_EXIT_OK);
+    assert_int_equal(remove_against(&sn, NULL, out, sizeof out, err, sizeof err), CLI_EXIT_OK);
     assert_int_equal(sn.state_posts, 1);
     assert_int_equal(sn.short_writes, 0);
     assert_int_equal(sn.cluster_gets, 1 + 3 + 1);
     assert_string_equal(out, "node 1: REMOVED; it runs no replica and can be stopped\n");
 
     scripted_node gone = {.lingering = 3, .vanish = true};
-    assert_int_equal(remove_against(&gone, out, sizeof out, err, sizeof err), CLI_EXIT_OK);
+    assert_int_equal(remove_against(&gone, NULL, out, sizeof out, err, sizeof err), CLI_EXIT_OK);
     assert_non_null(strstr(out, "node 1: REMOVED; it does not answer"));
+
+    /* A node whose replica never lets go: after --wait, exit 1 and say what is left. */
+    scripted_node stuck = {.lingering = 1 << 30};
+    memset(out, 0, sizeof out);
+    assert_int_equal(remove_against(&stuck, "1", out, sizeof out, err, sizeof err),
+                     CLI_EXIT_UNHEALTHY);
+    assert_string_equal(out, "");
+    assert_non_null(strstr(err, "node 1: REMOVED, but after 1 s it still runs 1 replica that "
+                                "Raft may count"));
+    assert_true(stuck.cluster_gets >= 5); /* it kept asking, every 200 ms */
 }
 
 static void command_line(void **state)
