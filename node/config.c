@@ -31,6 +31,7 @@ static const char *const key_names[CFG_KEY_COUNT] = {
     [CFG_SPLIT_SIZE] = "split_size_mb",
     [CFG_SPLIT_HEAT] = "split_heat",
     [CFG_BACKGROUND_CPU] = "background_cpu_pct",
+    [CFG_MAX_CONNECTIONS] = "max_connections",
     [CFG_REGION] = "region",
     [CFG_LOG_LEVEL] = "log_level",
 };
@@ -91,7 +92,7 @@ void config_usage(FILE *f)
                "               [--initial-partitions N] [--throttle true|false]\n"
                "               [--partition-max-rcu N] [--partition-max-wcu N]\n"
                "               [--split-size-mb N] [--split-heat SECONDS]\n"
-               "               [--background-cpu-pct N]\n"
+               "               [--background-cpu-pct N] [--max-connections N]\n"
                "               [--log-level error|warn|info|debug]\n"
                "               [--region NAME] [--print-config] [--help]\n"
                "  cluster:     [--node-id N] [--az NAME] [--host-label NAME]\n"
@@ -100,6 +101,23 @@ void config_usage(FILE *f)
                "               [--bootstrap-expect N] [--replace-after SECONDS]\n"
                "Every flag is also a key of the --config file (node_id = 1); flags win.\n"
                "See deploy/strata.conf.sample.\n");
+}
+
+config_fd_plan config_plan_fds(uint64_t soft, uint64_t hard, uint32_t max_connections)
+{
+    config_fd_plan p = {.soft = soft, .max_connections = max_connections, .reduced = false};
+    uint64_t need = (uint64_t)max_connections + CONFIG_FD_RESERVE;
+    if (p.soft < need)
+        p.soft = hard < need ? (hard > soft ? hard : soft) : need;
+    if (p.soft >= need)
+        return p;
+    uint64_t room =
+        p.soft >= 2 * (uint64_t)CONFIG_FD_RESERVE ? p.soft - CONFIG_FD_RESERVE : p.soft / 2;
+    if (room >= max_connections)
+        return p;
+    p.max_connections = room == 0 ? 1 : (uint32_t)room;
+    p.reduced = true;
+    return p;
 }
 
 bool config_host_is_wildcard(const char *host)
@@ -378,6 +396,11 @@ static int set_key(stratad_config *cfg, config_key k, const char *v, char *why, 
             return -1;
         cfg->background_cpu_pct = (uint32_t)n;
         return 0;
+    case CFG_MAX_CONNECTIONS:
+        if (parse_uint(v, 1, 1000000, &n, why, why_cap) < 0)
+            return -1;
+        cfg->max_connections = (uint32_t)n;
+        return 0;
     case CFG_REGION:
         return parse_name(v, cfg->region, sizeof cfg->region, "-", why, why_cap);
     case CFG_LOG_LEVEL:
@@ -410,6 +433,7 @@ void config_defaults(stratad_config *cfg)
     cfg->split_size_mb = 10240;
     cfg->split_heat_s = 5;
     cfg->background_cpu_pct = 20;
+    cfg->max_connections = 10000;
     cfg->bootstrap_expect = 3;
     cfg->replace_after_s = 300;
     cfg->level = LOG_INFO;
@@ -884,6 +908,9 @@ static void print_key(FILE *f, const stratad_config *cfg, config_key k)
         break;
     case CFG_BACKGROUND_CPU:
         fprintf(f, "%u", cfg->background_cpu_pct);
+        break;
+    case CFG_MAX_CONNECTIONS:
+        fprintf(f, "%u", cfg->max_connections);
         break;
     case CFG_REGION:
         print_quoted(f, cfg->region);

@@ -33,6 +33,9 @@
  *   background_cpu_pct the share of one CPU, in percent, the engine's flushes and compactions
  *                      take while nothing waits for them, 1..100 (default 20; 100: never
  *                      paced; see storage/lsm/lsm.h, Pacing)
+ *   max_connections    open client connections, 1..1000000 (default 10000); further ones
+ *                      are accepted and closed at once. Lowered at start when the open-file
+ *                      limit cannot make room for them (config_plan_fds)
  *   region             region in ARNs, [A-Za-z0-9-]{1,63} (default us-east-1)
  *   log_level          error | warn | info | debug (default info)
  * Flags only: --config FILE, --print-config, --help.
@@ -77,6 +80,7 @@ typedef enum {
     CFG_SPLIT_SIZE,
     CFG_SPLIT_HEAT,
     CFG_BACKGROUND_CPU,
+    CFG_MAX_CONNECTIONS,
     CFG_REGION,
     CFG_LOG_LEVEL,
     CFG_KEY_COUNT
@@ -110,6 +114,7 @@ typedef struct {
     uint32_t split_size_mb; /* 0: no split for size */
     uint32_t split_heat_s;  /* 0: no split for heat */
     uint32_t background_cpu_pct;
+    uint32_t max_connections;
     log_level level;
     char region[64];
 
@@ -135,6 +140,30 @@ int config_validate(stratad_config *cfg, strata_err *err);
 /* Writes the effective configuration in file syntax; it parses back to the same values. */
 void config_print(const stratad_config *cfg, FILE *f);
 void config_usage(FILE *f);
+
+/*
+ * The open-file budget, planned once at start from the process's RLIMIT_NOFILE (soft,
+ * hard; RLIM_INFINITY is UINT64_MAX) and the configured max_connections. Client
+ * connections must never take the descriptors the node needs for itself: the engine's
+ * tables, the log's segments and peer connections (CONFIG_FD_RESERVE). Without the
+ * reserve, a client holding a thousand connections under a default limit of 1024 makes the
+ * next table file fail to open, and the node stops (its storage has failed).
+ *
+ * The soft limit is raised towards max_connections + CONFIG_FD_RESERVE, never above the
+ * hard limit and never lowered. If that does not fit, client connections are capped at
+ * the limit minus the reserve, or at half the limit when the limit is below twice the
+ * reserve (a small max_connections may fit in that half), and `reduced` is set when the
+ * cap is below max_connections (stratad says so at start).
+ */
+#define CONFIG_FD_RESERVE 1280
+
+typedef struct {
+    uint64_t soft;            /* the soft limit to set: >= the current one */
+    uint32_t max_connections; /* client connections to allow: >= 1 */
+    bool reduced;             /* below the configured max_connections */
+} config_fd_plan;
+
+config_fd_plan config_plan_fds(uint64_t soft, uint64_t hard, uint32_t max_connections);
 
 const char *config_key_name(config_key k);
 bool config_is_cluster_key(config_key k);

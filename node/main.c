@@ -2,10 +2,13 @@
  * stratad: one Strata node. Opens the router (engine + log, recovering both), serves the
  * DynamoDB API over HTTP, and shuts down cleanly on SIGTERM / SIGINT.
  */
+#include <errno.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <uv.h>
@@ -28,10 +31,16 @@ typedef struct {
     bool replicated; /* cluster mode */
     bool stopping;
     bool handed_off; /* the leadership of its groups has left the node, or the wait ended */
+    log_level level;
+    uint32_t max_connections;  /* client connections allowed (config_plan_fds) */
+    uint64_t refused_reported; /* connections refused, as of the last report */
+    uint64_t refused_report_ms;
 } node;
 
 /* How often the node checks that its log and engine still work. */
 #define STORAGE_CHECK_MS 200
+/* Refused client connections are reported at most this often. */
+#define REFUSED_REPORT_MS 10000
 /* A stopping node hands its leadership over (router_hand_off) before it goes: it looks
  * every HAND_OFF_POLL_MS whether that is done, and waits at most HAND_OFF_MAX_MS (the core
  * gives a transfer up after an election timeout, 1 s; the next call starts another). */
@@ -138,6 +147,56 @@ static void on_hand_off(uv_timer_t *t)
     stop_when_done(n);
 }
 
+/* Connections refused at max_connections are closed at once, which a client sees only as
+ * a reset: the operator hears of them here. */
+static void report_refusals(node *n)
+{
+    if (n->http == NULL || n->level < LOG_WARN)
+        return;
+    http_server_stats st;
+    http_server_get_stats(n->http, &st);
+    uint64_t now = uv_now(n->loop);
+    if (st.connections_refused == n->refused_reported ||
+        now - n->refused_report_ms < REFUSED_REPORT_MS)
+        return;
+    fprintf(stderr, "stratad: refused %llu client connections: %llu open, max_connections is %u\n",
+            (unsigned long long)(st.connections_refused - n->refused_reported),
+            (unsigned long long)st.connections_open, n->max_connections);
+    n->refused_reported = st.connections_refused;
+    n->refused_report_ms = now;
+}
+
+/* Applies config_plan_fds before anything opens a file. */
+static void plan_open_files(node *n, const stratad_config *cfg)
+{
+    struct rlimit rl;
+    n->max_connections = cfg->max_connections;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) {
+        fprintf(stderr, "stratad: getrlimit(RLIMIT_NOFILE): %s\n", strerror(errno));
+        return;
+    }
+    config_fd_plan p = config_plan_fds(rl.rlim_cur == RLIM_INFINITY ? UINT64_MAX : rl.rlim_cur,
+                                       rl.rlim_max == RLIM_INFINITY ? UINT64_MAX : rl.rlim_max,
+                                       cfg->max_connections);
+    if (p.soft != (uint64_t)rl.rlim_cur) {
+        rlim_t was = rl.rlim_cur;
+        rl.rlim_cur = (rlim_t)p.soft;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0) {
+            /* Plan again with the limit we have. */
+            p = config_plan_fds(was, was, cfg->max_connections);
+            rl.rlim_cur = was;
+        }
+    }
+    n->max_connections = p.max_connections;
+    if (p.reduced && cfg->level >= LOG_WARN)
+        fprintf(stderr,
+                "stratad: the open-file limit is %llu (hard limit %llu): serving at most %u "
+                "client connections, not max_connections %u, so that the engine, the log and "
+                "the peers keep %llu (raise the limit: ulimit -n, or LimitNOFILE=)\n",
+                (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max, p.max_connections,
+                cfg->max_connections, (unsigned long long)(p.soft - p.max_connections));
+}
+
 /*
  * A log or engine that failed (an I/O error, the disk full) fails for good: after a
  * failed fdatasync nobody knows what the file holds; a log request refused (a disk too
@@ -145,12 +204,14 @@ static void on_hand_off(uv_timer_t *t)
  * serves no replica, yet looks alive to its peers, so its partitions are never given a
  * third replica elsewhere. It stops as a crash would, which the cluster is built to
  * survive: every acknowledged write is on a majority of replicas, a restart replays the
- * log. The operator sees why, and restarts the node once the disk is fixed.
+ * log. The operator sees why, and restarts the node once the disk is fixed. The same
+ * timer reports refused client connections.
  */
 static void on_storage_check(uv_timer_t *t)
 {
     node *n = t->data;
     strata_err why;
+    report_refusals(n);
     if (!router_storage_failed(n->r, &why))
         return;
     fprintf(stderr,
@@ -200,6 +261,8 @@ int main(int argc, char **argv)
 
     node n = {0};
     n.loop = uv_default_loop();
+    n.level = cfg.level;
+    plan_open_files(&n, &cfg);
     router_config rc = {
         .loop = n.loop,
         .data_dir = cfg.data_dir,
@@ -226,6 +289,7 @@ int main(int argc, char **argv)
     ho.host = cfg.listen.host;
     ho.port = cfg.listen.port;
     ho.handler = api_handle;
+    ho.max_connections = n.max_connections;
     api_config ac = {
         .loop = n.loop,
         .router = r,

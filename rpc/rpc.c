@@ -29,6 +29,7 @@
 #define DEFAULT_MAX_FRAME   (16u << 20)
 #define DEFAULT_MAX_QUEUED  (64u << 20)
 #define DEFAULT_CONNECT_MS  2000
+#define DEFAULT_MAX_INBOUND 256
 #define DEFAULT_BACKOFF_MIN 50
 #define DEFAULT_BACKOFF_MAX 5000
 #define READ_BUF_SIZE       (64 * 1024)
@@ -120,6 +121,7 @@ struct rpc {
     char cluster_id[RPC_CLUSTER_ID_MAX + 1];
     size_t max_frame, max_queued;
     uint32_t connect_ms, backoff_min, backoff_max;
+    uint32_t max_inbound, inbound; /* bound and count of open inbound connections */
     uint64_t prng;
     rpc_handlers h;
     uv_tcp_t listener;
@@ -475,6 +477,8 @@ static void on_conn_handle_close(uv_handle_t *h)
     conn *c = h->data;
     rpc *r = c->r;
     if (--c->refs == 0) {
+        if (!c->outbound)
+            r->inbound--;
         if (c->prev != NULL)
             c->prev->next = c->next;
         else
@@ -819,14 +823,36 @@ static void dial(peer *p)
         conn_fail(c, uv_strerror(rc));
 }
 
+static void on_refused_close(uv_handle_t *h)
+{
+    free(h);
+}
+
+/* Accepts a connection only to close it: left in the backlog it would be retried. */
+static void refuse(rpc *r, uv_stream_t *server)
+{
+    uv_tcp_t *t = malloc(sizeof *t);
+    if (t == NULL)
+        return;
+    uv_tcp_init(r->loop, t);
+    if (uv_accept(server, (uv_stream_t *)t) == 0)
+        r->stats.refused++;
+    uv_close((uv_handle_t *)t, on_refused_close);
+}
+
 static void on_connection(uv_stream_t *server, int status)
 {
     rpc *r = server->data;
     if (status < 0 || r->closing)
         return;
+    if (r->inbound >= r->max_inbound) {
+        refuse(r, server);
+        return;
+    }
     conn *c = conn_new(r, false);
     if (c == NULL)
         return;
+    r->inbound++;
     if (uv_accept(server, (uv_stream_t *)&c->tcp) < 0) {
         conn_close(c);
         return;
@@ -888,6 +914,7 @@ rpc *rpc_open(uv_loop_t *loop, const rpc_options *o, const rpc_handlers *handler
     r->max_frame = o->max_frame_bytes ? o->max_frame_bytes : DEFAULT_MAX_FRAME;
     r->max_queued = o->max_queued_bytes ? o->max_queued_bytes : DEFAULT_MAX_QUEUED;
     r->connect_ms = o->connect_timeout_ms ? o->connect_timeout_ms : DEFAULT_CONNECT_MS;
+    r->max_inbound = o->max_inbound ? o->max_inbound : DEFAULT_MAX_INBOUND;
     r->backoff_min = o->backoff_min_ms ? o->backoff_min_ms : DEFAULT_BACKOFF_MIN;
     r->backoff_max = o->backoff_max_ms ? o->backoff_max_ms : DEFAULT_BACKOFF_MAX;
     if (r->backoff_max < r->backoff_min)

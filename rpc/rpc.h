@@ -65,6 +65,10 @@ typedef struct {
     size_t max_frame_bytes;      /* largest payload accepted or sent; default 16 MiB */
     size_t max_queued_bytes;     /* per peer and per inbound connection; default 64 MiB */
     uint32_t connect_timeout_ms; /* connect + handshake; default 2000 */
+    /* Open inbound connections; further ones are accepted and closed at once, so that a
+     * flood of connections to the peer port cannot take the node's file descriptors.
+     * Default 256 (a peer keeps one open; more only while it reconnects). */
+    uint32_t max_inbound;
     uint32_t backoff_min_ms;     /* default 50 */
     uint32_t backoff_max_ms;     /* default 5000 */
     uint64_t seed;               /* jitter PRNG seed */
@@ -153,6 +157,7 @@ int rpc_peer_stats_get(const rpc *r, uint64_t peer, rpc_peer_stats *out, strata_
 
 typedef struct {
     uint64_t accepted;          /* inbound connections */
+    uint64_t refused;           /* inbound connections closed at once: max_inbound open */
     uint64_t handshake_rejects; /* inbound Hello from a foreign cluster or bad version */
     uint64_t corrupt_frames;    /* connections closed on a corrupt frame */
 } rpc_stats;

@@ -86,6 +86,7 @@ class Node:
         self.proc = None
         self.initial_partitions = 4
         self.extra = []  # more stratad flags (tests that import this module)
+        self.preexec = None  # run in the child before stratad (e.g. resource limits)
 
     def start(self, stratad):
         cmd = [stratad, "--node-id", str(self.id), "--az", self.az, "--host-label",
@@ -95,7 +96,7 @@ class Node:
         cmd += ["--bootstrap"] if self.id == 1 else ["--join", "127.0.0.1:%d" % self.seed]
         with open(self.log, "a") as f:
             self.proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL)
+                                         stdin=subprocess.DEVNULL, preexec_fn=self.preexec)
 
     def stop(self):
         self.proc.send_signal(signal.SIGTERM)

@@ -122,6 +122,12 @@ static void test_flags(void **state)
     assert_int_equal(c.background_cpu_pct, 100);
     assert_int_equal(parse(&c, &err, "--data-dir=/d", "--background-cpu-pct", "0"), -1);
     assert_int_equal(parse(&c, &err, "--data-dir=/d", "--background-cpu-pct", "101"), -1);
+    /* Client connections. */
+    assert_int_equal(c.max_connections, 10000);
+    assert_int_equal(parse(&c, &err, "--data-dir=/d", "--max-connections=64"), 0);
+    assert_int_equal(c.max_connections, 64);
+    assert_int_equal(parse(&c, &err, "--data-dir=/d", "--max-connections", "0"), -1);
+    assert_int_equal(parse(&c, &err, "--data-dir=/d", "--max-connections", "1000001"), -1);
     assert_int_equal(parse(&c, &err, "--listen=[::1]:9000", "--data-dir", "d"), 0);
     assert_string_equal(c.listen.host, "::1");
     assert_int_equal(c.listen.port, 9000);
@@ -572,6 +578,57 @@ static void test_helpers(void **state)
     assert_string_equal(keys, "node_id");
 }
 
+/* The open-file budget: raise the soft limit when the hard one allows, else cap client
+ * connections so that the engine, the log and the peers keep their descriptors. */
+static void test_fd_plan(void **state)
+{
+    (void)state;
+    const uint64_t inf = UINT64_MAX;
+    /* Room enough: nothing changes. */
+    config_fd_plan p = config_plan_fds(20000, 20000, 10000);
+    assert_int_equal(p.soft, 20000);
+    assert_int_equal(p.max_connections, 10000);
+    assert_false(p.reduced);
+    /* Debian's default for a login shell (1024, hard 1048576), or an unlimited hard limit:
+     * raised to what is needed, not to the hard limit. */
+    p = config_plan_fds(1024, 1048576, 10000);
+    assert_int_equal(p.soft, 10000 + CONFIG_FD_RESERVE);
+    assert_int_equal(p.max_connections, 10000);
+    assert_false(p.reduced);
+    p = config_plan_fds(1024, inf, 10000);
+    assert_int_equal(p.soft, 10000 + CONFIG_FD_RESERVE);
+    assert_false(p.reduced);
+    /* Never lowered. */
+    p = config_plan_fds(inf, inf, 10000);
+    assert_true(p.soft == inf);
+    assert_false(p.reduced);
+    /* A hard limit in the way: as high as it goes, and the connections get what is left
+     * after the reserve... */
+    p = config_plan_fds(1024, 8192, 10000);
+    assert_int_equal(p.soft, 8192);
+    assert_int_equal(p.max_connections, 8192 - CONFIG_FD_RESERVE);
+    assert_true(p.reduced);
+    /* ...or half of a limit below twice the reserve. */
+    p = config_plan_fds(1024, 1024, 10000);
+    assert_int_equal(p.soft, 1024);
+    assert_int_equal(p.max_connections, 512);
+    assert_true(p.reduced);
+    p = config_plan_fds(1, 1, 10000);
+    assert_int_equal(p.max_connections, 1);
+    assert_true(p.reduced);
+    /* A small max_connections fits a small limit. */
+    p = config_plan_fds(1024, 1024, 100);
+    assert_int_equal(p.soft, 1024);
+    assert_int_equal(p.max_connections, 100);
+    assert_false(p.reduced);
+    /* The reserve is exact: one connection too many is reduced. */
+    p = config_plan_fds(4096, 4096, 4096 - CONFIG_FD_RESERVE);
+    assert_false(p.reduced);
+    p = config_plan_fds(4096, 4096, 4096 - CONFIG_FD_RESERVE + 1);
+    assert_true(p.reduced);
+    assert_int_equal(p.max_connections, 4096 - CONFIG_FD_RESERVE);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -585,6 +642,7 @@ int main(void)
         cmocka_unit_test(test_flags_override_file),
         cmocka_unit_test(test_print_round_trip),
         cmocka_unit_test(test_helpers),
+        cmocka_unit_test(test_fd_plan),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -763,6 +763,65 @@ static void test_silent_client_times_out(void **state)
     free(b);
 }
 
+static bool refused_one(void *arg)
+{
+    rpc_stats st;
+    rpc_stats_get(((node *)arg)->r, &st);
+    return st.refused >= 1;
+}
+
+/* Inbound connections beyond max_inbound are closed at once; once one goes, the next is
+ * served again. A peer still connects when strangers hold every other slot. */
+static void test_inbound_bound(void **state)
+{
+    (void)state;
+    rpc_options o = {.connect_timeout_ms = 5000, .max_inbound = 3};
+    node *b = calloc(1, sizeof *b);
+    assert_int_equal(open_node_opts(b, 2, "c1", 0, &o, NULL), 0);
+    raw_client *c[4];
+    for (int i = 0; i < 4; i++) {
+        c[i] = calloc(1, sizeof *c[i]);
+        raw_connect(c[i], b->port, NULL, 0);
+    }
+    assert_true(run_until(refused_one, b));
+    int closed = 0;
+    run_for(50);
+    for (int i = 0; i < 4; i++)
+        closed += c[i]->eof;
+    assert_int_equal(closed, 1);
+    rpc_stats st;
+    rpc_stats_get(b->r, &st);
+    assert_int_equal(st.accepted, 3);
+    assert_int_equal(st.refused, 1);
+
+    /* A stranger leaves: a peer takes its slot and is served. */
+    for (int i = 0; i < 4; i++) {
+        if (!c[i]->eof) {
+            uv_close((uv_handle_t *)&c[i]->tcp, NULL);
+            c[i]->eof = true;
+            break;
+        }
+    }
+    node *a = open_node(1, "c1", 0);
+    assert_int_equal(rpc_add_peer(a->r, 2, "127.0.0.1", b->port, NULL), 0);
+    peer_ref ab = {a, 2};
+    assert_true(run_until(is_connected, &ab));
+    send_seq(a, 2, 7, 10);
+    msg_wait w = {b, 1};
+    assert_true(run_until(has_msgs, &w));
+
+    for (int i = 0; i < 4; i++)
+        if (!uv_is_closing((uv_handle_t *)&c[i]->tcp))
+            uv_close((uv_handle_t *)&c[i]->tcp, NULL);
+    close_node(a);
+    close_node(b);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    for (int i = 0; i < 4; i++)
+        free(c[i]);
+    free(a);
+    free(b);
+}
+
 /* Both directions at once, and responses to the peer's requests on its connection. */
 static void test_bidirectional(void **state)
 {
@@ -993,6 +1052,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bad_arguments, setup, teardown),
         cmocka_unit_test_setup_teardown(test_corrupt_stream_closes_connection, setup, teardown),
         cmocka_unit_test_setup_teardown(test_silent_client_times_out, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_inbound_bound, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bidirectional, setup, teardown),
         cmocka_unit_test_setup_teardown(test_large_frames, setup, teardown),
         cmocka_unit_test_setup_teardown(test_close_from_callbacks, setup, teardown),
