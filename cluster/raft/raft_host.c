@@ -107,6 +107,9 @@ typedef struct group {
     uint8_t *inst_conf; /* inst.configuration encoded, for the snapshot point */
     size_t inst_conf_len;
     uint64_t installs;
+    uint64_t stale_from;     /* during the step of a stale AppendEntries: its sender */
+    uint64_t stale_rejected; /* ...and the index its answers reject */
+    uint64_t stale_answers;  /* answers rewritten (stale_from, last_log_index) */
     log_entry *log; /* entries log_first .. log_first + log_n - 1 */
     size_t log_n;
     size_t log_cap;
@@ -849,6 +852,26 @@ static void queue_or_send(group *g, uint64_t to, uint8_t *buf, size_t len)
     g->out_tail = m;
 }
 
+/* An AppendEntries result leaves only with fields C-Raft may have left unset made
+ * right: the answer to a stale AppendEntries (receive_in) is a rejection of its index,
+ * and no success claims more than this replica has stored (a rejection's last index is a
+ * hint, which C-Raft takes from the log, stored or not). */
+static void sanitize_result(group *g, struct raft_message *m)
+{
+    struct raft_append_entries_result *r = &m->append_entries_result;
+    bool fixed = false;
+    if (g->stale_from != 0 && m->server_id == g->stale_from) {
+        fixed = r->rejected != g->stale_rejected || r->last_log_index != g->raft.last_stored;
+        r->rejected = g->stale_rejected;
+        r->last_log_index = g->raft.last_stored;
+    } else if (r->rejected == 0 && r->last_log_index > g->raft.last_stored) {
+        r->last_log_index = g->raft.last_stored;
+        fixed = true;
+    }
+    if (fixed)
+        g->stale_answers++;
+}
+
 static void send_messages(group *g, struct raft_update *up)
 {
     raft_host *h = g->h;
@@ -859,6 +882,8 @@ static void send_messages(group *g, struct raft_update *up)
         size_t len;
         if (m->type == RAFT_INSTALL_SNAPSHOT && fill_install_snapshot(g, m) != 0)
             continue; /* dropped: the leader retries after install_snapshot_timeout */
+        if (m->type == RAFT_APPEND_ENTRIES_RESULT)
+            sanitize_result(g, m);
         if (m->type == RAFT_APPEND_ENTRIES && m->append_entries.n_entries > 0) {
             v = log_view(g, m->append_entries.prev_log_index + 1, m->append_entries.n_entries);
             if (v == NULL)
@@ -2371,6 +2396,21 @@ static int receive_in(raft_host *h, uint64_t from, uint64_t group_id, const void
         raft_msg_free(owner); /* the leader sends it again */
         return 0;
     }
+    /* An AppendEntries or InstallSnapshot of a term older than ours gets a rejection.
+     * C-Raft 0.22 answers a stale AppendEntries with results in its own, newer term whose
+     * other fields it leaves unset (found by tests/sim, --splits seed 409853:
+     * last_log_index was stack garbage, `rejected` sometimes 0). Such a result, arriving
+     * at the sender after it was elected in that newer term, reads as a current answer: a
+     * "success" set the follower's match index to the garbage, the leader counted the
+     * follower for entries it did not hold, and took its later rejections for stale ones,
+     * so the follower never caught up. The message is still stepped (the old leader must
+     * hear of the newer term); send_messages rewrites what the step answers it. */
+    uint64_t term_now = raft_current_term(&g->raft);
+    bool stale = (m.type == RAFT_APPEND_ENTRIES && m.append_entries.term < term_now) ||
+                 (is_snap && m.install_snapshot.term < term_now);
+    uint64_t stale_at = m.type == RAFT_APPEND_ENTRIES ? m.append_entries.prev_log_index
+                        : is_snap                     ? m.install_snapshot.last_index
+                                                      : 0;
     /* An unconfirmed replica neither votes (pre-votes included) nor campaigns when told
      * to take over: the candidate or the leader goes on without it. */
     if (g->unconfirmed && (m.type == RAFT_REQUEST_VOTE || m.type == RAFT_TIMEOUT_NOW)) {
@@ -2398,7 +2438,10 @@ static int receive_in(raft_host *h, uint64_t from, uint64_t group_id, const void
     g->recv_entries = has_entries ? m.append_entries.entries : NULL;
     g->recv_n = has_entries ? m.append_entries.n_entries : 0;
     g->recv_kept = false;
+    g->stale_from = stale ? from : 0;
+    g->stale_rejected = stale_at > 0 ? stale_at : 1;
     int rc = group_step(g, &ev);
+    g->stale_from = 0;
     if (has_entries && !g->recv_kept)
         raft_msg_batch_consumed(owner);
     if (is_snap)
@@ -2661,6 +2704,7 @@ int raft_host_group_info(const raft_host *h, uint64_t group_id, raft_host_group_
     out->first_index = g->log_first;
     out->installing = g->installing;
     out->installs = g->installs;
+    out->stale_answers = g->stale_answers;
     out->unconfirmed = g->unconfirmed;
     out->term_vote_writes = g->tv_pending;
     out->queued_messages = 0;

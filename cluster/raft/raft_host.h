@@ -283,6 +283,9 @@ typedef struct {
     uint64_t first_index; /* first entry still held in the log */
     bool installing;      /* an out-of-band snapshot copy is in progress */
     uint64_t installs;    /* snapshots installed since start */
+    uint64_t stale_answers; /* AppendEntries results corrected before they left: answers
+                               to a stale AppendEntries, or a last index past what is
+                               stored (sanitize_result in raft_host.c says why) */
     bool unconfirmed;     /* joined empty and not yet confirmed by a leader's log: it neither
                              votes nor campaigns (raft_host.c, group.unconfirmed) */
 } raft_host_group_stats;

@@ -48,6 +48,9 @@ typedef struct {
     strata_code compact_code;
     int tv_writes;      /* set_term_vote calls */
     uint64_t last_vote; /* the vote of the last one, as stored */
+    uint8_t last_msg[4096]; /* the last message sent (if it fits), and its destination */
+    size_t last_len;
+    uint64_t last_to;
 } env;
 
 static uint64_t ck_now(void *ctx)
@@ -164,11 +167,12 @@ static void drop_io(env *e)
 
 static int tr_send(void *ctx, uint64_t to, uint64_t group, const void *m, size_t len)
 {
-    (void)to;
+    env *e = ctx;
     (void)group;
-    (void)m;
-    (void)len;
-    ((env *)ctx)->sent++;
+    e->sent++;
+    e->last_len = len <= sizeof e->last_msg ? len : 0;
+    memcpy(e->last_msg, m, e->last_len);
+    e->last_to = to;
     return 0;
 }
 
@@ -1459,6 +1463,73 @@ static void test_append_below_snapshot(void **state)
     }
     assert_int_equal(e.applied_count, 2); /* 13 and 14; the rest was already applied */
     raft_free(b.base);
+    raft_host_destroy(h);
+    drop_io(&e);
+}
+
+/* The answer to an AppendEntries of a term older than the follower's is a rejection of
+ * its index with what the follower stores. C-Raft 0.22 leaves those fields unset (tests/sim
+ * --splits seed 409853): a leader elected in the newer term took such an answer for a
+ * current one, with a garbage last index. */
+static void test_stale_append_gets_a_rejection(void **state)
+{
+    (void)state;
+    env e = {0};
+    strata_err err;
+    raft_host_config c = config(&e, 1);
+    raft_host *h = raft_host_create(&c, &err);
+    uint64_t members[] = {1, 2};
+    assert_int_equal(raft_host_start_group(h, 5, members, 2, 0, &err), 0);
+    flush_io(&e, 0);
+
+    /* The group bootstrapped with its configuration at index 1 (term 1). Leader 2 in
+     * term 3 sends two entries after it; the follower stores them. */
+    raft_host_entry ents[2] = {{3, RAFT_COMMAND, "a", 1}, {3, RAFT_COMMAND, "b", 1}};
+    struct raft_message msg;
+    memset(&msg, 0, sizeof msg);
+    msg.type = RAFT_APPEND_ENTRIES;
+    msg.append_entries.term = 3;
+    msg.append_entries.prev_log_index = 1;
+    msg.append_entries.prev_log_term = 1;
+    msg.append_entries.n_entries = 2;
+    uint8_t *buf;
+    size_t len;
+    assert_int_equal(raft_msg_encode(5, 2, &msg, ents, &buf, &len, &err), 0);
+    assert_int_equal(raft_host_receive(h, 2, 5, buf, len, &err), 0);
+    free(buf);
+    for (int r = 0; r < 3; r++)
+        flush_io(&e, 0);
+    raft_host_group_stats st;
+    assert_int_equal(raft_host_group_info(h, 5, &st, &err), 0);
+    assert_int_equal(st.last_stored, 3);
+    assert_int_equal(st.term, 3);
+
+    /* A late AppendEntries of term 2 (prev 7, as a leader of term 2 would have sent it). */
+    memset(&msg, 0, sizeof msg);
+    msg.type = RAFT_APPEND_ENTRIES;
+    msg.append_entries.term = 2;
+    msg.append_entries.prev_log_index = 7;
+    msg.append_entries.prev_log_term = 2;
+    assert_int_equal(raft_msg_encode(5, 2, &msg, NULL, &buf, &len, &err), 0);
+    int sent = e.sent;
+    assert_int_equal(raft_host_receive(h, 2, 5, buf, len, &err), 0);
+    free(buf);
+    flush_io(&e, 0);
+    assert_true(e.sent > sent);
+    assert_int_equal(e.last_to, 2);
+    struct raft_message out;
+    raft_msg_decoded *owner = NULL;
+    uint64_t g, f;
+    assert_int_equal(raft_msg_decode(e.last_msg, e.last_len, &g, &f, &out, &owner, &err), 0);
+    assert_int_equal(out.type, RAFT_APPEND_ENTRIES_RESULT);
+    assert_int_equal(out.append_entries_result.term, 3);
+    assert_int_equal(out.append_entries_result.rejected, 7);
+    assert_int_equal(out.append_entries_result.last_log_index, 3);
+    raft_msg_free(owner);
+    assert_int_equal(raft_host_group_info(h, 5, &st, &err), 0);
+    assert_true(st.stale_answers >= 1);
+    assert_int_equal(st.last_stored, 3);
+
     raft_host_destroy(h);
     drop_io(&e);
 }
@@ -2932,6 +3003,7 @@ int main(void)
         cmocka_unit_test(test_start_from_snapshot_point),
         cmocka_unit_test(test_install_retry_and_stop),
         cmocka_unit_test(test_append_below_snapshot),
+        cmocka_unit_test(test_stale_append_gets_a_rejection),
         cmocka_unit_test(test_change_rules),
         cmocka_unit_test(test_change_not_leader),
         cmocka_unit_test(test_join_group_waits),
