@@ -1404,6 +1404,33 @@ static void test_compact_rules(void **state)
     drop_io(&e2);
 }
 
+/* Feeds node `h` an AppendEntries for group 5 from leader `from` in `term`. */
+static void append_from(raft_host *h, uint64_t from, uint64_t term, uint64_t prev,
+                        uint64_t prev_term, const raft_host_entry *ents, unsigned n,
+                        uint64_t commit)
+{
+    struct raft_message msg;
+    memset(&msg, 0, sizeof msg);
+    msg.type = RAFT_APPEND_ENTRIES;
+    msg.append_entries.term = term;
+    msg.append_entries.prev_log_index = prev;
+    msg.append_entries.prev_log_term = prev_term;
+    msg.append_entries.leader_commit = commit;
+    msg.append_entries.n_entries = n;
+    uint8_t *buf;
+    size_t len;
+    strata_err err;
+    assert_int_equal(raft_msg_encode(5, from, &msg, ents, &buf, &len, &err), 0);
+    assert_int_equal(raft_host_receive(h, from, 5, buf, len, &err), 0);
+    free(buf);
+}
+
+static void flush_io_rounds(env *e, int rounds)
+{
+    for (int r = 0; r < rounds; r++)
+        flush_io(e, 0);
+}
+
 /* A leader's AppendEntries that starts below this follower's snapshot point (entries it
  * compacted away): the follower keeps its log and takes the entries after the point. */
 static void test_append_below_snapshot(void **state)
@@ -1439,20 +1466,9 @@ static void test_append_below_snapshot(void **state)
         ents[i] = (raft_host_entry){2, RAFT_COMMAND, "cmd", 3};
     ents[12] = ents[13] = (raft_host_entry){3, RAFT_COMMAND, "new", 3};
     for (int round = 0; round < 2; round++) {
-        struct raft_message msg;
-        memset(&msg, 0, sizeof msg);
-        msg.type = RAFT_APPEND_ENTRIES;
-        msg.append_entries.term = 3;
-        msg.append_entries.leader_commit = 14;
         /* Round 0: everything from index 1. Round 1: only entries below the point. */
-        msg.append_entries.n_entries = round == 0 ? 14 : 4;
-        uint8_t *buf;
-        size_t len;
-        assert_int_equal(raft_msg_encode(5, 2, &msg, ents, &buf, &len, &err), 0);
-        assert_int_equal(raft_host_receive(h, 2, 5, buf, len, &err), 0);
-        free(buf);
-        for (int r = 0; r < 3; r++)
-            flush_io(&e, 0);
+        append_from(h, 2, 3, 0, 0, ents, round == 0 ? 14 : 4, 14);
+        flush_io_rounds(&e, 3);
         raft_host_group_stats st;
         assert_int_equal(raft_host_group_info(h, 5, &st, &err), 0);
         assert_false(st.failed);
@@ -1485,36 +1501,17 @@ static void test_stale_append_gets_a_rejection(void **state)
     /* The group bootstrapped with its configuration at index 1 (term 1). Leader 2 in
      * term 3 sends two entries after it; the follower stores them. */
     raft_host_entry ents[2] = {{3, RAFT_COMMAND, "a", 1}, {3, RAFT_COMMAND, "b", 1}};
-    struct raft_message msg;
-    memset(&msg, 0, sizeof msg);
-    msg.type = RAFT_APPEND_ENTRIES;
-    msg.append_entries.term = 3;
-    msg.append_entries.prev_log_index = 1;
-    msg.append_entries.prev_log_term = 1;
-    msg.append_entries.n_entries = 2;
-    uint8_t *buf;
-    size_t len;
-    assert_int_equal(raft_msg_encode(5, 2, &msg, ents, &buf, &len, &err), 0);
-    assert_int_equal(raft_host_receive(h, 2, 5, buf, len, &err), 0);
-    free(buf);
-    for (int r = 0; r < 3; r++)
-        flush_io(&e, 0);
+    append_from(h, 2, 3, 1, 1, ents, 2, 0);
+    flush_io_rounds(&e, 3);
     raft_host_group_stats st;
     assert_int_equal(raft_host_group_info(h, 5, &st, &err), 0);
     assert_int_equal(st.last_stored, 3);
     assert_int_equal(st.term, 3);
 
     /* A late AppendEntries of term 2 (prev 7, as a leader of term 2 would have sent it). */
-    memset(&msg, 0, sizeof msg);
-    msg.type = RAFT_APPEND_ENTRIES;
-    msg.append_entries.term = 2;
-    msg.append_entries.prev_log_index = 7;
-    msg.append_entries.prev_log_term = 2;
-    assert_int_equal(raft_msg_encode(5, 2, &msg, NULL, &buf, &len, &err), 0);
     int sent = e.sent;
-    assert_int_equal(raft_host_receive(h, 2, 5, buf, len, &err), 0);
-    free(buf);
-    flush_io(&e, 0);
+    append_from(h, 2, 2, 7, 2, NULL, 0, 0);
+    flush_io_rounds(&e, 3);
     assert_true(e.sent > sent);
     assert_int_equal(e.last_to, 2);
     struct raft_message out;
@@ -1997,20 +1994,7 @@ static void test_join_group_waits(void **state)
 static void rejoin_append(raft_host *h, uint64_t prev, uint64_t prev_term,
                           const raft_host_entry *ents, unsigned n, uint64_t commit)
 {
-    struct raft_message msg;
-    memset(&msg, 0, sizeof msg);
-    msg.type = RAFT_APPEND_ENTRIES;
-    msg.append_entries.term = 3;
-    msg.append_entries.prev_log_index = prev;
-    msg.append_entries.prev_log_term = prev_term;
-    msg.append_entries.leader_commit = commit;
-    msg.append_entries.n_entries = n;
-    uint8_t *buf;
-    size_t len;
-    strata_err err;
-    assert_int_equal(raft_msg_encode(5, 1, &msg, ents, &buf, &len, &err), 0);
-    assert_int_equal(raft_host_receive(h, 1, 5, buf, len, &err), 0);
-    free(buf);
+    append_from(h, 1, 3, prev, prev_term, ents, n, commit);
 }
 
 /* Lets `ms` of time pass in steps of 20 ms, completing storage as it goes. */
