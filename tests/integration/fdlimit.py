@@ -21,7 +21,6 @@ Every wait polls a condition with a deadline.
 """
 import os
 import resource
-import shutil
 import socket
 import sys
 import tempfile
@@ -124,19 +123,7 @@ def main():
     finally:
         for s in flood:
             s.close()
-        for n in nodes:
-            if n.proc is not None and n.proc.poll() is None:
-                n.proc.kill()
-                n.proc.wait()
-        for n in nodes:
-            t = text(n) if os.path.exists(n.log) else ""
-            if "ERROR: AddressSanitizer" in t or "runtime error" in t:
-                sys.stderr.write(t[-4000:])
-                ok = False
-        if ok:
-            shutil.rmtree(work, ignore_errors=True)
-        else:
-            sys.stderr.write("fdlimit: FAILED; logs in %s\n" % work)
+        ok = sp.finish(nodes, work, ok)
     if not ok:
         raise SystemExit(1)
     sp.log("fdlimit: ok")

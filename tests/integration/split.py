@@ -116,6 +116,33 @@ class Node:
             return None
 
 
+SANITIZER = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:")
+
+
+def finish(nodes, work, ok):
+    """A test's end: kills the nodes still running; a sanitizer report in a node's log
+    fails the run; the work directory goes when the run passed, else stays with the logs'
+    tails printed. Returns whether the run passed."""
+    for n in nodes:
+        if n.proc is not None and n.proc.poll() is None:
+            n.proc.kill()
+            n.proc.wait()
+    for n in nodes:
+        text = open(n.log, errors="replace").read() if os.path.exists(n.log) else ""
+        if any(s in text for s in SANITIZER):
+            log("node %d: a sanitizer report in %s" % (n.id, n.log))
+            ok = False
+    if ok:
+        shutil.rmtree(work, ignore_errors=True)
+        return True
+    log("logs kept in", work)
+    for n in nodes:
+        if os.path.exists(n.log):
+            with open(n.log, errors="replace") as f:
+                log("--- node %d log tail\n%s" % (n.id, "".join(f.readlines()[-40:])))
+    return False
+
+
 def client(url):
     return boto3.client("dynamodb", endpoint_url=url, region_name="us-east-1",
                         aws_access_key_id="x", aws_secret_access_key="x",
@@ -527,14 +554,7 @@ def main():
         ok = True
         log("PASS")
     finally:
-        for n in nodes:
-            if n.proc is not None and n.proc.poll() is None:
-                n.proc.kill()
-                n.proc.wait()
-        if ok:
-            shutil.rmtree(work, ignore_errors=True)
-        else:
-            log("logs kept in", work)
+        ok = finish(nodes, work, ok)
     return 0 if ok else 1
 
 

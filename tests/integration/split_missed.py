@@ -32,7 +32,6 @@ Usage: split_missed.py STRATAD
 Every wait polls a condition with a deadline.
 """
 import os
-import shutil
 import signal
 import sys
 import tempfile
@@ -223,18 +222,9 @@ def main():
         ok = True
         sp.log("split_missed: ok")
     finally:
-        for n in nodes:
-            if n.proc is not None and n.proc.poll() is None:
-                n.proc.send_signal(signal.SIGKILL)
-                n.proc.wait()
-        if ok:
-            shutil.rmtree(work, ignore_errors=True)
-        else:
-            sp.log("kept %s" % work)
-            for n in nodes:
-                sp.log("--- node %d log tail" % n.id)
-                with open(n.log, errors="replace") as f:
-                    sp.log("".join(f.readlines()[-40:]))
+        ok = sp.finish(nodes, work, ok)
+    if not ok:
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":
