@@ -19,11 +19,15 @@
  *     `max_body`; beyond it the server answers 413 with a JSON error body and closes.
  *     The header section (request line and headers) is bounded by `max_header_bytes` and
  *     `max_headers` (and http-parser's own 80 KiB); beyond either the answer is 431.
- *     Malformed requests get 400. Request bodies of all connections together may hold
- *     at most `max_body_total` bytes; a body that would pass it gets 503 (SDKs retry).
- *     After any of these errors the connection closes.
- *     `Expect: 100-continue` is answered with 100 Continue (or with 413 at once), unless
- *     earlier pipelined responses are still owed (then the client's own timer sends on).
+ *     Malformed requests get 400, and so do the framings RFC 9112 says a server must
+ *     refuse: an HTTP/1.1 request without exactly one Host, a Transfer-Encoding that
+ *     does not end in one chunked coding, any Transfer-Encoding in HTTP/1.0. A coding
+ *     before chunked (gzip, ...) gets 501, a version other than 1.0 and 1.1 gets 505.
+ *     Folded header lines are unfolded (http-parser drops the CRLF). Request bodies of all
+ * connections together may hold at most `max_body_total` bytes; a body that would pass it gets 503
+ * (SDKs retry). After any of these errors the connection closes. `Expect: 100-continue` is answered
+ * with 100 Continue (or with 413 at once), unless earlier pipelined responses are still owed (then
+ * the client's own timer sends on).
  *   - Timeouts (milliseconds, 0 = none): `header_timeout_ms` from the connection's accept
  *     or a request's first byte until its headers are complete (then 408 and close),
  *     `body_timeout_ms` from there until the body is complete (408 and close),
@@ -32,7 +36,7 @@
  *   - At most `max_connections` open connections; further ones are accepted and closed
  *     at once. Idle connections hold no read buffer (reads use one buffer per server).
  *
- * Error bodies produced by the server itself (400, 408, 413, 431, 503) are JSON,
+ * Error bodies produced by the server itself (400, 408, 413, 431, 501, 503, 505) are JSON,
  * `{"__type":"com.amazon.coral.service#<Name>","message":"..."}`, with Content-Type
  * application/x-amz-json-1.0 and x-amz-crc32.
  */

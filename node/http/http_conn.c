@@ -265,6 +265,7 @@ static const struct {
     {501, "Not Implemented"},
     {503, "Service Unavailable"},
     {504, "Gateway Timeout"},
+    {505, "HTTP Version Not Supported"},
 };
 
 const char *http_status_reason(int status)
@@ -646,11 +647,78 @@ static bool wants_continue(const http_request *r)
     return false;
 }
 
+/*
+ * The request's transfer codings, in order over every Transfer-Encoding line (RFC 9112
+ * 6.1): 0 when they are exactly "chunked"; 400 when chunked is missing, not the last
+ * coding, or applied twice (6.3: the body's length cannot be determined); 501 for a
+ * coding before it that the server does not understand (gzip, deflate, ...).
+ */
+static int transfer_coding_status(const http_request *r)
+{
+    unsigned chunked = 0, other = 0;
+    bool chunked_last = false;
+    for (unsigned i = 0; i < r->nfields; i++) {
+        if (strcasecmp(r->headers[i].name, "Transfer-Encoding") != 0)
+            continue;
+        for (const char *v = r->headers[i].value; *v != '\0';) {
+            size_t n = strcspn(v, ",");
+            size_t lead = 0, len = n;
+            while (lead < len && is_ows(v[lead]))
+                lead++;
+            while (len > lead && is_ows(v[len - 1]))
+                len--;
+            if (len > lead) {
+                chunked_last = len - lead == 7 && strncasecmp(v + lead, "chunked", 7) == 0;
+                chunked += chunked_last;
+                other += !chunked_last;
+            }
+            v += n + (v[n] == ',');
+        }
+    }
+    if (chunked != 1 || !chunked_last)
+        return 400;
+    return other == 0 ? 0 : 501;
+}
+
+/*
+ * What http-parser lets through but RFC 9112 says a server must refuse, checked once
+ * the header section is complete: a version other than HTTP/1.0 or 1.1 (505); an
+ * HTTP/1.1 request without exactly one Host (3.2: 400); a transfer coding other than
+ * one final chunked (6.1 and 6.3: 400 or 501), or any in HTTP/1.0 (6.1: the framing is
+ * faulty, 400). Each ends the connection: what follows cannot be framed safely. (A
+ * folded header line, 5.2, is unfolded by http-parser: the continuation's leading
+ * blank stays and its CRLF goes, which 5.2 allows.)
+ */
+static int check_framing(http_conn *c, const http_parser *p)
+{
+    const http_request *r = c->cur;
+    if (p->http_major != 1 || p->http_minor > 1)
+        return fail(c, 505, "HTTP version not supported: only HTTP/1.0 and HTTP/1.1");
+    unsigned hosts = 0;
+    bool te = false;
+    for (unsigned i = 0; i < r->nfields; i++) {
+        hosts += strcasecmp(r->headers[i].name, "Host") == 0;
+        te |= strcasecmp(r->headers[i].name, "Transfer-Encoding") == 0;
+    }
+    if (p->http_minor == 1 && hosts != 1)
+        return fail(c, 400,
+                    hosts == 0 ? "HTTP/1.1 request without a Host header"
+                               : "More than one Host header");
+    if (te && p->http_minor == 0)
+        return fail(c, 400, "Transfer-Encoding in an HTTP/1.0 request");
+    int status = te ? transfer_coding_status(r) : 0;
+    if (status == 400)
+        return fail(c, 400, "Transfer-Encoding must end in one chunked coding");
+    if (status == 501)
+        return fail(c, 501, "Transfer coding not implemented: only chunked is");
+    return 0;
+}
+
 static int on_headers_complete(http_parser *p)
 {
     http_conn *c = conn_of(p);
     http_request *r = c->cur;
-    if (finish_url(c) != 0 || index_headers(c) != 0)
+    if (finish_url(c) != 0 || index_headers(c) != 0 || check_framing(c, p) != 0)
         return -1;
     r->headers_done = true;
     r->method = http_method_str((enum http_method)p->method);
@@ -733,6 +801,8 @@ static void parse_failed(http_conn *c, enum http_errno e)
     const char *type = status == 413   ? "RequestEntityTooLarge"
                        : status == 431 ? "RequestHeaderFieldsTooLarge"
                        : status == 503 ? "ServiceUnavailableException"
+                       : status == 501 ? "NotImplementedException"
+                       : status == 505 ? "HttpVersionNotSupportedException"
                                        : "BadRequestException";
     queue_error(c, status, type, msg);
 }

@@ -89,6 +89,7 @@ static void status_reasons(void **state)
     (void)state;
     assert_string_equal(http_status_reason(200), "OK");
     assert_string_equal(http_status_reason(413), "Payload Too Large");
+    assert_string_equal(http_status_reason(505), "HTTP Version Not Supported");
     assert_string_equal(http_status_reason(799), "Unknown");
 }
 
@@ -170,7 +171,7 @@ static void ipv6_listener_and_peer(void **state)
     harness_start(&h, &o, MODE_ECHO);
     client c;
     client_connect6(&c, h.port);
-    client_sends(&c, "GET /six HTTP/1.1\r\n\r\n");
+    client_sends(&c, "GET /six HTTP/1.1\r\nHost: h\r\n\r\n");
     response r;
     assert_int_equal(client_read(&c, &r), 0);
     char v[80];
@@ -214,7 +215,8 @@ static void header_split_across_reads(void **state)
     harness_start(&h, &o, MODE_ECHO);
     client c;
     client_connect(&c, h.port);
-    const char *req = "POST /split HTTP/1.1\r\nX-Amz-Target: abc\r\nContent-Length: 3\r\n\r\nxyz";
+    const char *req =
+        "POST /split HTTP/1.1\r\nHost: h\r\nX-Amz-Target: abc\r\nContent-Length: 3\r\n\r\nxyz";
     for (const char *p = req; *p; p++) {
         client_send(&c, p, 1);
         /* Make the server see the bytes separately: wait until it read them. */
@@ -223,7 +225,7 @@ static void header_split_across_reads(void **state)
     }
     response r;
     assert_int_equal(client_read(&c, &r), 0);
-    assert_string_equal((char *)r.body, "M=POST|P=/split|Q=|U=/split|T=abc|N=2|L=3|B=xyz");
+    assert_string_equal((char *)r.body, "M=POST|P=/split|Q=|U=/split|T=abc|N=3|L=3|B=xyz");
     response_free(&r);
     client_close(&c);
     harness_stop(&h);
@@ -238,7 +240,7 @@ static void chunked_body_accepted(void **state)
     harness_start(&h, &o, MODE_ECHO);
     client c;
     client_connect(&c, h.port);
-    client_sends(&c, "POST /c HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+    client_sends(&c, "POST /c HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n"
                      "3\r\nabc\r\n4\r\ndefg\r\n0\r\nX-Trailer: t\r\n\r\n");
     response r;
     assert_int_equal(client_read(&c, &r), 0);
@@ -257,7 +259,7 @@ static void head_has_length_but_no_body(void **state)
     harness_start(&h, &o, MODE_ECHO);
     client c;
     client_connect(&c, h.port);
-    client_sends(&c, "HEAD /h HTTP/1.1\r\n\r\n");
+    client_sends(&c, "HEAD /h HTTP/1.1\r\nHost: h\r\n\r\n");
     c.next_is_head = true;
     response r;
     assert_int_equal(client_read(&c, &r), 0);
@@ -265,7 +267,7 @@ static void head_has_length_but_no_body(void **state)
     assert_true(response_header(&r, "Content-Length", v, sizeof v));
     assert_true(atoi(v) > 0);
     response_free(&r);
-    client_sends(&c, "GET /after HTTP/1.1\r\n\r\n");
+    client_sends(&c, "GET /after HTTP/1.1\r\nHost: h\r\n\r\n");
     expect_echo(&c, "/after"); /* would fail if a body had followed the HEAD response */
     client_close(&c);
     harness_stop(&h);
@@ -273,9 +275,9 @@ static void head_has_length_but_no_body(void **state)
 
 /* ---------------------------------------------------------------- pipelining */
 
-static const char three_requests[] = "GET /1 HTTP/1.1\r\n\r\n"
-                                     "POST /2 HTTP/1.1\r\nContent-Length: 2\r\n\r\nhi"
-                                     "GET /3 HTTP/1.1\r\n\r\n";
+static const char three_requests[] = "GET /1 HTTP/1.1\r\nHost: h\r\n\r\n"
+                                     "POST /2 HTTP/1.1\r\nHost: h\r\nContent-Length: 2\r\n\r\nhi"
+                                     "GET /3 HTTP/1.1\r\nHost: h\r\n\r\n";
 
 static void pipeline_one_at_a_time(void **state)
 {
@@ -352,7 +354,7 @@ static void body_too_large_413(void **state)
     client c;
     /* Declared too large, and the client sends the body anyway: it still sees the 413. */
     client_connect(&c, h.port);
-    client_sends(&c, "POST / HTTP/1.1\r\nContent-Length: 5000\r\n\r\n");
+    client_sends(&c, "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 5000\r\n\r\n");
     char *big = calloc(1, 5000);
     memset(big, 'x', 5000);
     client_send(&c, big, 5000);
@@ -360,7 +362,7 @@ static void body_too_large_413(void **state)
     client_close(&c);
     /* Chunked, growing past the bound. */
     client_connect(&c, h.port);
-    client_sends(&c, "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n");
+    client_sends(&c, "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n");
     client_sends(&c, "400\r\n");
     client_send(&c, big, 1024);
     client_sends(&c, "\r\n1\r\nx\r\n0\r\n\r\n");
@@ -368,7 +370,7 @@ static void body_too_large_413(void **state)
     client_close(&c);
     /* Exactly at the bound is fine. */
     client_connect(&c, h.port);
-    client_sends(&c, "POST /ok HTTP/1.1\r\nContent-Length: 1024\r\n\r\n");
+    client_sends(&c, "POST /ok HTTP/1.1\r\nHost: h\r\nContent-Length: 1024\r\n\r\n");
     client_send(&c, big, 1024);
     expect_echo(&c, "/ok");
     client_close(&c);
@@ -392,18 +394,18 @@ static void header_bounds_431(void **state)
     char val[2001];
     memset(val, 'v', 2000);
     val[2000] = '\0';
-    snprintf(req, sizeof req, "GET / HTTP/1.1\r\nX-Big: %s\r\n\r\n", val);
+    snprintf(req, sizeof req, "GET / HTTP/1.1\r\nHost: h\r\nX-Big: %s\r\n\r\n", val);
     client_sends(&c, req);
     expect_error_then_close(&c, 431, "RequestHeaderFieldsTooLarge");
     client_close(&c);
 
     client_connect(&c, h.port);
-    client_sends(&c, "GET / HTTP/1.1\r\nA: 1\r\nB: 2\r\nC: 3\r\nD: 4\r\nE: 5\r\nF: 6\r\n\r\n");
+    client_sends(&c, "GET / HTTP/1.1\r\nHost: h\r\nA: 1\r\nB: 2\r\nC: 3\r\nD: 4\r\nE: 5\r\n\r\n");
     expect_error_then_close(&c, 431, "RequestHeaderFieldsTooLarge");
     client_close(&c);
 
     client_connect(&c, h.port); /* five headers are fine */
-    client_sends(&c, "GET /five HTTP/1.1\r\nA: 1\r\nB: 2\r\nC: 3\r\nD: 4\r\nE: 5\r\n\r\n");
+    client_sends(&c, "GET /five HTTP/1.1\r\nHost: h\r\nA: 1\r\nB: 2\r\nC: 3\r\nD: 4\r\n\r\n");
     expect_echo(&c, "/five");
     client_close(&c);
     harness_stop(&h);
@@ -418,10 +420,10 @@ static void garbage_400(void **state)
     harness_start(&h, &o, MODE_ECHO);
     const char *bad[] = {
         "GARBAGE\r\n\r\n",
-        "GET / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nxx",
-        "GET / HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
-        "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nZZ\r\n",
-        "GET / HTTP/1.1\r\nBad Header: x\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nxx",
+        "GET / HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
+        "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\nZZ\r\n",
+        "GET / HTTP/1.1\r\nHost: h\r\nBad Header: x\r\n\r\n",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         client c;
@@ -433,10 +435,66 @@ static void garbage_400(void **state)
     /* A good request before the garbage is still answered, in order. */
     client c;
     client_connect(&c, h.port);
-    client_sends(&c, "GET /good HTTP/1.1\r\n\r\n\x01\x02 nonsense\r\n\r\n");
+    client_sends(&c, "GET /good HTTP/1.1\r\nHost: h\r\n\r\n\x01\x02 nonsense\r\n\r\n");
     expect_echo(&c, "/good");
     expect_error_then_close(&c, 400, "BadRequestException");
     client_close(&c);
+    harness_stop(&h);
+}
+
+/* RFC 9112's framing rules that http-parser alone lets through: each refused request gets
+ * its status and the connection ends; the lawful variants next to them are served. */
+static void framing_rules(void **state)
+{
+    (void)state;
+    harness h;
+    http_server_options o;
+    opts_default(&o);
+    harness_start(&h, &o, MODE_ECHO);
+    static const struct {
+        const char *req;
+        int status;
+        const char *type;
+    } refused[] = {
+        {"GET / HTTP/9.9\r\nHost: h\r\n\r\n", 505, "HttpVersionNotSupportedException"},
+        {"GET / HTTP/2.0\r\nHost: h\r\n\r\n", 505, "HttpVersionNotSupportedException"},
+        {"GET / HTTP/1.1\r\n\r\n", 400, "BadRequestException"},
+        {"GET / HTTP/1.1\r\nHost: a\r\nhost: b\r\n\r\n", 400, "BadRequestException"},
+        {"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip\r\n\r\n", 400,
+         "BadRequestException"},
+        {"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked, gzip\r\n\r\n", 400,
+         "BadRequestException"},
+        {"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: "
+         "chunked\r\n\r\n0\r\n\r\n",
+         400, "BadRequestException"},
+        {"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400,
+         "BadRequestException"},
+        {"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n", 501,
+         "NotImplementedException"},
+        {"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: "
+         "chunked\r\n\r\n0\r\n\r\n",
+         501, "NotImplementedException"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        client c;
+        client_connect(&c, h.port);
+        client_sends(&c, refused[i].req);
+        expect_error_then_close(&c, refused[i].status, refused[i].type);
+        client_close(&c);
+    }
+    static const char *const served[] = {
+        "GET /ten HTTP/1.0\r\n\r\n", /* HTTP/1.0 needs no Host */
+        "POST /ows HTTP/1.1\r\nHost: h\r\nTransfer-Encoding:  Chunked\r\n\r\n0\r\n\r\n",
+        "GET /fold HTTP/1.1\r\nHost: h\r\nX-Fold: a\r\n b\r\n\r\n", /* unfolded */
+    };
+    static const char *const paths[] = {"/ten", "/ows", "/fold"};
+    for (size_t i = 0; i < sizeof served / sizeof served[0]; i++) {
+        client c;
+        client_connect(&c, h.port);
+        client_sends(&c, served[i]);
+        expect_echo(&c, paths[i]);
+        client_close(&c);
+    }
     harness_stop(&h);
 }
 
@@ -454,7 +512,8 @@ static void connection_close_and_http10(void **state)
     response r;
 
     client_connect(&c, h.port);
-    client_sends(&c, "GET /a HTTP/1.1\r\nConnection: close\r\n\r\nGET /ignored HTTP/1.1\r\n\r\n");
+    client_sends(&c, "GET /a HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\nGET /ignored "
+                     "HTTP/1.1\r\nHost: h\r\n\r\n");
     assert_int_equal(client_read(&c, &r), 0);
     assert_true(response_header(&r, "Connection", v, sizeof v));
     assert_string_equal(v, "close");
@@ -477,7 +536,7 @@ static void connection_close_and_http10(void **state)
     assert_true(response_header(&r, "Connection", v, sizeof v));
     assert_string_equal(v, "keep-alive");
     response_free(&r);
-    client_sends(&c, "GET /d HTTP/1.1\r\n\r\n");
+    client_sends(&c, "GET /d HTTP/1.1\r\nHost: h\r\n\r\n");
     expect_echo(&c, "/d");
     client_close(&c);
     harness_stop(&h);
@@ -492,7 +551,7 @@ static void handler_connection_close(void **state)
     harness_start(&h, &o, MODE_CLOSE);
     client c;
     client_connect(&c, h.port);
-    client_sends(&c, "GET / HTTP/1.1\r\n\r\n");
+    client_sends(&c, "GET / HTTP/1.1\r\nHost: h\r\n\r\n");
     response r;
     assert_int_equal(client_read(&c, &r), 0);
     assert_string_equal((char *)r.body, "bye");
@@ -512,7 +571,8 @@ static void expect_continue(void **state)
     harness_start(&h, &o, MODE_ECHO);
     client c;
     client_connect(&c, h.port);
-    client_sends(&c, "PUT /e HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n");
+    client_sends(&c,
+                 "PUT /e HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n");
     response r;
     assert_int_equal(client_read(&c, &r), 0);
     assert_int_equal(r.status, 100);
@@ -523,7 +583,8 @@ static void expect_continue(void **state)
     assert_non_null(strstr((char *)r.body, "B=hello"));
     response_free(&r);
     /* Too large: 413 at once, no 100. */
-    client_sends(&c, "PUT /e HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 500\r\n\r\n");
+    client_sends(
+        &c, "PUT /e HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\nContent-Length: 500\r\n\r\n");
     expect_error_then_close(&c, 413, "RequestEntityTooLarge");
     client_close(&c);
     harness_stop(&h);
@@ -539,10 +600,10 @@ static void max_connections_refuses(void **state)
     harness_start(&h, &o, MODE_ECHO);
     client a, b, x;
     client_connect(&a, h.port);
-    client_sends(&a, "GET /a HTTP/1.1\r\n\r\n");
+    client_sends(&a, "GET /a HTTP/1.1\r\nHost: h\r\n\r\n");
     expect_echo(&a, "/a");
     client_connect(&b, h.port);
-    client_sends(&b, "GET /b HTTP/1.1\r\n\r\n");
+    client_sends(&b, "GET /b HTTP/1.1\r\nHost: h\r\n\r\n");
     expect_echo(&b, "/b");
     client_connect(&x, h.port); /* the kernel accepts; the server closes at once */
     assert_true(client_closed(&x));
@@ -551,7 +612,7 @@ static void max_connections_refuses(void **state)
     client_close(&a);
     wait_open(&h, 1);
     client_connect(&x, h.port); /* room again */
-    client_sends(&x, "GET /x HTTP/1.1\r\n\r\n");
+    client_sends(&x, "GET /x HTTP/1.1\r\nHost: h\r\n\r\n");
     expect_echo(&x, "/x");
     client_close(&x);
     client_close(&b);
@@ -569,13 +630,13 @@ static void many_idle_connections(void **state)
     static client cs[N];
     for (int i = 0; i < N; i++) {
         client_connect(&cs[i], h.port);
-        client_sends(&cs[i], "GET /first HTTP/1.1\r\n\r\n");
+        client_sends(&cs[i], "GET /first HTTP/1.1\r\nHost: h\r\n\r\n");
     }
     for (int i = 0; i < N; i++)
         expect_echo(&cs[i], "/first");
     assert_int_equal(harness_stats(&h).connections_open, N);
     for (int i = N - 1; i >= 0; i--) {
-        client_sends(&cs[i], "GET /second HTTP/1.1\r\n\r\n");
+        client_sends(&cs[i], "GET /second HTTP/1.1\r\nHost: h\r\n\r\n");
         expect_echo(&cs[i], "/second");
     }
     http_server_stats st = harness_stats(&h);
@@ -622,7 +683,7 @@ static void body_timeout_408(void **state)
     harness_start(&h, &o, MODE_ECHO);
     client c;
     client_connect(&c, h.port);
-    client_sends(&c, "POST / HTTP/1.1\r\nContent-Length: 10\r\n\r\nabc");
+    client_sends(&c, "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 10\r\n\r\nabc");
     expect_error_then_close(&c, 408, "RequestTimeoutException");
     client_close(&c);
     harness_stop(&h);
@@ -638,7 +699,7 @@ static void idle_timeout_closes(void **state)
     harness_start(&h, &o, MODE_ECHO);
     client c;
     client_connect(&c, h.port);
-    client_sends(&c, "GET /i HTTP/1.1\r\n\r\n");
+    client_sends(&c, "GET /i HTTP/1.1\r\nHost: h\r\n\r\n");
     expect_echo(&c, "/i");
     uint64_t t0 = now_ms();
     assert_true(client_closed(&c)); /* silently, no 408 on an idle connection */
@@ -661,7 +722,7 @@ static void write_timeout_closes_non_reader(void **state)
     memset(h.big, 'b', h.big_len);
     client c;
     client_connect_rcvbuf(&c, h.port, 4096);
-    client_sends(&c, "GET /big HTTP/1.1\r\n\r\n");
+    client_sends(&c, "GET /big HTTP/1.1\r\nHost: h\r\n\r\n");
     wait_open(&h, 0); /* the client never reads: closed by the write timeout */
     assert_int_equal(harness_stats(&h).timeouts_total, 1);
     client_close(&c);
@@ -683,7 +744,7 @@ static void write_timeout_spares_slow_reader(void **state)
     /* Small enough to bound the kernel's share, big enough for normal window updates
        (a tiny window makes TCP fall back to zero-window probes with backoff). */
     client_connect_rcvbuf(&c, h.port, 256 * 1024);
-    client_sends(&c, "GET /slow HTTP/1.1\r\n\r\n");
+    client_sends(&c, "GET /slow HTTP/1.1\r\nHost: h\r\n\r\n");
     /* Read 1 MiB, pause 120 ms (less than the timeout), and so on: slow but moving. */
     size_t total = 0;
     uint64_t t0 = now_ms();
@@ -721,7 +782,7 @@ static void big_response_and_back_pressure(void **state)
         h.big[i] = (uint8_t)(i * 7);
     client c;
     client_connect(&c, h.port);
-    client_sends(&c, "GET /1 HTTP/1.1\r\n\r\nGET /2 HTTP/1.1\r\n\r\n");
+    client_sends(&c, "GET /1 HTTP/1.1\r\nHost: h\r\n\r\nGET /2 HTTP/1.1\r\nHost: h\r\n\r\n");
     for (int i = 0; i < 2; i++) {
         response r;
         assert_int_equal(client_read(&c, &r), 0);
@@ -748,7 +809,7 @@ static void client_closes_during_big_response(void **state)
     for (int i = 0; i < 2; i++) {
         client c;
         client_connect(&c, h.port);
-        client_sends(&c, "GET /big HTTP/1.1\r\n\r\n");
+        client_sends(&c, "GET /big HTTP/1.1\r\nHost: h\r\n\r\n");
         char first[64];
         assert_true(recv(c.fd, first, sizeof first, 0) > 0); /* the write has started */
         client_close(&c); /* unread data: the kernel resets; the server gets EPIPE */
@@ -775,7 +836,7 @@ static void client_gone_before_async_response(void **state)
     /* Reset: the server notices while the handler holds the request. */
     client c;
     client_connect(&c, h.port);
-    client_sends(&c, "POST /gone HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc");
+    client_sends(&c, "POST /gone HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\n\r\nabc");
     wait_held(&h, 1);
     client_reset(&c);
     assert_true(harness_wait(&h, held_disconnected, NULL, DEADLINE_MS));
@@ -783,7 +844,7 @@ static void client_gone_before_async_response(void **state)
     harness_answer(&h, 0); /* just freed */
     /* Orderly close: the response is still attempted, then the connection goes. */
     client_connect(&c, h.port);
-    client_sends(&c, "GET /fin HTTP/1.1\r\n\r\n");
+    client_sends(&c, "GET /fin HTTP/1.1\r\nHost: h\r\n\r\n");
     wait_held(&h, 1);
     client_close(&c);
     harness_answer(&h, 0);
@@ -800,7 +861,7 @@ static void half_close_still_answered(void **state)
     harness_start(&h, &o, MODE_ECHO);
     client c;
     client_connect(&c, h.port);
-    client_sends(&c, "GET /1 HTTP/1.1\r\n\r\nGET /2 HTTP/1.1\r\n\r\n");
+    client_sends(&c, "GET /1 HTTP/1.1\r\nHost: h\r\n\r\nGET /2 HTTP/1.1\r\nHost: h\r\n\r\n");
     shutdown(c.fd, SHUT_WR);
     expect_echo(&c, "/1");
     expect_echo(&c, "/2");
@@ -819,7 +880,7 @@ static void graceful_stop_finishes_in_flight(void **state)
     client busy, idle;
     client_connect(&busy, h.port);
     client_connect(&idle, h.port);
-    client_sends(&busy, "GET /inflight HTTP/1.1\r\n\r\n");
+    client_sends(&busy, "GET /inflight HTTP/1.1\r\nHost: h\r\n\r\n");
     wait_held(&h, 1);
     wait_open(&h, 2);
     harness_stop_begin(&h);
@@ -853,7 +914,7 @@ static void stop_grace_closes_busy_connections(void **state)
     harness_start(&h, &o, MODE_DEFER);
     client c;
     client_connect(&c, h.port);
-    client_sends(&c, "GET /never HTTP/1.1\r\n\r\n");
+    client_sends(&c, "GET /never HTTP/1.1\r\nHost: h\r\n\r\n");
     wait_held(&h, 1);
     uint64_t t0 = now_ms();
     harness_stop_begin(&h);
@@ -882,6 +943,7 @@ int main(void)
         cmocka_unit_test(body_too_large_413),
         cmocka_unit_test(header_bounds_431),
         cmocka_unit_test(garbage_400),
+        cmocka_unit_test(framing_rules),
         cmocka_unit_test(connection_close_and_http10),
         cmocka_unit_test(handler_connection_close),
         cmocka_unit_test(expect_continue),

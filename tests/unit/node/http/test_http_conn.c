@@ -121,9 +121,10 @@ static void fake_free(fake *f)
 
 static const char pipeline[] =
     "GET /one HTTP/1.1\r\nHost: a\r\n\r\n"
-    "POST /two?x=y HTTP/1.1\r\nContent-Length: 5\r\nX-Empty:\r\n\r\nhello"
-    "POST /three HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nab\r\n3\r\ncde\r\n0\r\n\r\n"
-    "DELETE /four HTTP/1.1\r\nConnection: close\r\n\r\n";
+    "POST /two?x=y HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\nX-Empty:\r\n\r\nhello"
+    "POST /three HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: "
+    "chunked\r\n\r\n2\r\nab\r\n3\r\ncde\r\n0\r\n\r\n"
+    "DELETE /four HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n";
 
 /* Feeds `in` in pieces of at most `step` bytes (0: all at once); returns the output. */
 static char *run(const char *in, size_t step, unsigned max_pipeline, bool auto_complete)
@@ -172,7 +173,7 @@ static void phases_follow_the_request(void **state)
     fake f;
     fake_init(&f, 1, false);
     assert_int_equal(http_conn_phase(&f.c), HTTP_PHASE_HEADER); /* fresh: header deadline */
-    http_conn_feed(&f.c, "POST / HTTP/1.1\r\n", 17);
+    http_conn_feed(&f.c, "POST / HTTP/1.1\r\nHost: h\r\n", 26);
     assert_int_equal(http_conn_phase(&f.c), HTTP_PHASE_HEADER);
     assert_int_equal(f.c.started, 1);
     http_conn_feed(&f.c, "Content-Length: 2\r\n\r\n", 21);
@@ -186,7 +187,7 @@ static void phases_follow_the_request(void **state)
     fake_free(&f);
 
     fake_init(&f, 1, true);
-    http_conn_feed(&f.c, "GET / HTTP/1.1\r\nHo", 18);
+    http_conn_feed(&f.c, "GET / HTTP/1.1\r\nHost: h\r\nHo", 27);
     http_conn_timeout(&f.c);
     buf_put_u8(&f.out, 0);
     assert_non_null(strstr((char *)f.out.data, "HTTP/1.1 408 Request Timeout"));
@@ -200,7 +201,8 @@ static void eof_answers_complete_requests_only(void **state)
     fake f;
     fake_init(&f, 1, false);
     f.defer = true;
-    const char *in = "GET /a HTTP/1.1\r\n\r\nGET /b HTTP/1.1\r\n\r\nGET /partial HTTP/1.1\r\n";
+    const char *in = "GET /a HTTP/1.1\r\nHost: h\r\n\r\nGET /b HTTP/1.1\r\nHost: h\r\n\r\nGET "
+                     "/partial HTTP/1.1\r\nHost: h\r\n";
     http_conn_feed(&f.c, in, strlen(in));
     http_conn_eof(&f.c);
     assert_false(f.done);
@@ -223,7 +225,7 @@ static void stash_is_bounded_and_requests_survive_close(void **state)
     fake f;
     fake_init(&f, 1, false);
     f.defer = true;
-    http_conn_feed(&f.c, "GET /held HTTP/1.1\r\n\r\n", 22);
+    http_conn_feed(&f.c, "GET /held HTTP/1.1\r\nHost: h\r\n\r\n", 31);
     assert_int_equal(f.nheld, 1);
     char junk[1024];
     memset(junk, 'G', sizeof junk);
@@ -250,16 +252,17 @@ static void headers_are_trimmed_and_iterable(void **state)
     fake f;
     fake_init(&f, 1, false);
     f.defer = true;
-    const char *in = "GET / HTTP/1.1\r\nA:  one \t\r\nb-Name:two\r\nEmpty:\r\nA: again\r\n\r\n";
+    const char *in =
+        "GET / HTTP/1.1\r\nHost: h\r\nA:  one \t\r\nb-Name:two\r\nEmpty:\r\nA: again\r\n\r\n";
     http_conn_feed(&f.c, in, strlen(in));
     assert_int_equal(f.nheld, 1);
     http_request *r = f.held[0];
-    assert_int_equal(http_request_header_count(r), 4);
+    assert_int_equal(http_request_header_count(r), 5);
     assert_string_equal(http_request_header(r, "a"), "one");
     assert_string_equal(http_request_header(r, "B-NAME"), "two");
     assert_string_equal(http_request_header(r, "empty"), "");
     assert_null(http_request_header(r, "missing"));
-    http_header h = http_request_header_at(r, 3);
+    http_header h = http_request_header_at(r, 4);
     assert_string_equal(h.name, "A");
     assert_string_equal(h.value, "again");
     size_t len = 99;
@@ -280,7 +283,8 @@ static void close_response_ends_a_pipeline(void **state)
     fake f;
     fake_init(&f, 3, false);
     f.defer = true;
-    const char *in = "GET /1 HTTP/1.1\r\n\r\nGET /2 HTTP/1.1\r\n\r\nGET /3 HTTP/1.1\r\n\r\n";
+    const char *in = "GET /1 HTTP/1.1\r\nHost: h\r\n\r\nGET /2 HTTP/1.1\r\nHost: h\r\n\r\nGET /3 "
+                     "HTTP/1.1\r\nHost: h\r\n\r\n";
     http_conn_feed(&f.c, in, strlen(in));
     assert_int_equal(f.nheld, 3);
     echo(f.held[1]); /* /2 answered early: waits behind /1 */
@@ -311,7 +315,7 @@ static void body_budget_is_shared_by_connections(void **state)
     http_conn_init(&b.c, &a.sh); /* both connections of one server */
     char body[40 * 1024];
     memset(body, 'x', sizeof body);
-    const char *head = "POST / HTTP/1.1\r\nContent-Length: 40960\r\n\r\n";
+    const char *head = "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 40960\r\n\r\n";
     http_conn_feed(&a.c, head, strlen(head));
     http_conn_feed(&a.c, body, sizeof body);
     assert_int_equal(a.nheld, 1);
@@ -338,7 +342,7 @@ static void spare_requests_start_clean(void **state)
     fake f;
     fake_init(&f, 1, true);
     f.defer = true;
-    const char *a = "POST /a?q=1 HTTP/1.1\r\nX-One: 1\r\nContent-Length: 3\r\n\r\nabc";
+    const char *a = "POST /a?q=1 HTTP/1.1\r\nHost: h\r\nX-One: 1\r\nContent-Length: 3\r\n\r\nabc";
     http_conn_feed(&f.c, a, strlen(a));
     assert_int_equal(f.nheld, 1);
     assert_string_equal(http_request_header(f.held[0], "x-one"), "1");
@@ -364,7 +368,7 @@ static void spare_requests_start_clean(void **state)
 
     /* A request whose header block outgrew the kept size goes back to malloc. */
     char big[6000];
-    int n = snprintf(big, sizeof big, "GET /c HTTP/1.1\r\nX-Big: %05000d\r\n\r\n", 7);
+    int n = snprintf(big, sizeof big, "GET /c HTTP/1.1\r\nHost: h\r\nX-Big: %05000d\r\n\r\n", 7);
     http_conn_feed(&f.c, big, (size_t)n);
     assert_int_equal(f.nheld, 3);
     echo(f.held[2]);
@@ -396,7 +400,7 @@ static void spare_requests_are_bounded(void **state)
 {
     (void)state;
     enum { CONNS = 9, EACH = 8 };
-    const char *req = "GET /n HTTP/1.1\r\n\r\n";
+    const char *req = "GET /n HTTP/1.1\r\nHost: h\r\n\r\n";
     fake *f = calloc(CONNS, sizeof *f);
     held_all h = {.n = 0};
     assert_non_null(f);
@@ -430,7 +434,7 @@ static void read_answered_request(void *arg)
     fake f;
     fake_init(&f, 1, true);
     f.defer = true;
-    const char *a = "GET /gone HTTP/1.1\r\n\r\n";
+    const char *a = "GET /gone HTTP/1.1\r\nHost: h\r\n\r\n";
     http_conn_feed(&f.c, a, strlen(a));
     volatile const char *path = http_request_path(f.held[0]);
     echo(f.held[0]);
