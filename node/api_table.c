@@ -371,6 +371,104 @@ static int check_enum(api_verr *v, const char *value, const char *member,
     return -1;
 }
 
+/* ---- Tag rules, shared by TagResource and CreateTable ---- */
+
+#define TAG_KEY_MAX   128 /* Unicode characters */
+#define TAG_VALUE_MAX 256
+
+/* Unicode characters of a UTF-8 string (jansson only hands out valid UTF-8). */
+static size_t utf8_chars(const char *s)
+{
+    size_t n = 0;
+    for (; *s != '\0'; s++)
+        n += ((unsigned char)*s & 0xC0) != 0x80;
+    return n;
+}
+
+/* DynamoDB's tag alphabet: letters, numbers, white space and + - = . _ : / (and @, which
+ * AWS tagging allows everywhere). Any non-ASCII character passes as a letter: without
+ * Unicode tables, refusing a valid tag would be worse than taking an odd symbol. */
+static bool tag_text_ok(const char *s)
+{
+    for (; *s != '\0'; s++) {
+        unsigned char ch = (unsigned char)*s;
+        bool alnum = (ch >= '0' && ch <= '9') || ((ch | 0x20) >= 'a' && (ch | 0x20) <= 'z');
+        if (ch < 0x80 && !alnum && strchr(" \t+-=._:/@", ch) == NULL)
+            return false;
+    }
+    return true;
+}
+
+#define TAG_PATTERN                                                                                \
+    "Member must satisfy regular expression pattern: [\\p{L}\\p{Z}\\p{N}_.:/=+\\-@]*"
+
+/*
+ * The Tags list of TagResource or CreateTable: an element of the wrong shape is -1 with
+ * `err`; each key (1..128 characters) and value (0..256) outside DynamoDB's limits or
+ * alphabet is added to `v` (paths tags.N.member.key and .value).
+ */
+static int check_tags(const json_t *tags, api_verr *v, strata_err *err)
+{
+    for (size_t i = 0; i < json_array_size(tags); i++) {
+        json_t *e = json_array_get(tags, i);
+        if (!json_is_object(e))
+            return api_wrong_type(e, "Tag", err);
+        const char *k, *val;
+        if (elem_string(e, "Key", &k, err) < 0 || elem_string(e, "Value", &val, err) < 0)
+            return -1;
+        char member[64];
+        snprintf(member, sizeof member, "tags.%zu.member.key", i + 1);
+        size_t kn = k ? utf8_chars(k) : 0;
+        if (k == NULL)
+            api_verr_add(v, NULL, member, "Member must not be null");
+        else if (kn < 1)
+            api_verr_add(v, k, member, "Member must have length greater than or equal to 1");
+        else if (kn > TAG_KEY_MAX)
+            api_verr_add(v, k, member, "Member must have length less than or equal to 128");
+        else if (!tag_text_ok(k))
+            api_verr_add(v, k, member, TAG_PATTERN);
+        snprintf(member, sizeof member, "tags.%zu.member.value", i + 1);
+        if (val == NULL)
+            api_verr_add(v, NULL, member, "Member must not be null");
+        else if (utf8_chars(val) > TAG_VALUE_MAX)
+            api_verr_add(v, val, member, "Member must have length less than or equal to 256");
+        else if (!tag_text_ok(val))
+            api_verr_add(v, val, member, TAG_PATTERN);
+    }
+    return 0;
+}
+
+/* A key the user may not assign: the aws: prefix is AWS's own (any letter case). */
+static int check_tag_prefixes(const json_t *tags, strata_err *err)
+{
+    for (size_t i = 0; i < json_array_size(tags); i++) {
+        const char *k = json_string_value(json_object_get(json_array_get(tags, i), "Key"));
+        if (k != NULL && strncasecmp(k, "aws:", 4) == 0)
+            return strata_err_set(err, ERR_VALIDATION,
+                                  "One or more parameter values were invalid: tag key %s uses "
+                                  "the prefix aws:, which is reserved for AWS",
+                                  k);
+    }
+    return 0;
+}
+
+/* Applies the tags to `t`, then holds it to the 50 tags a resource may carry. */
+static int apply_tags(table_info *t, const json_t *tags, strata_err *err)
+{
+    for (size_t i = 0; i < json_array_size(tags); i++) {
+        json_t *e = json_array_get(tags, i);
+        if (catalog_table_set_tag(t, json_string_value(json_object_get(e, "Key")),
+                                  json_string_value(json_object_get(e, "Value")), err) < 0)
+            return -1;
+    }
+    if (t->n_tags > CATALOG_MAX_TAGS)
+        return strata_err_set(err, ERR_VALIDATION,
+                              "One or more parameter values were invalid: the number of tags "
+                              "on the resource would exceed the limit of %d",
+                              CATALOG_MAX_TAGS);
+    return 0;
+}
+
 static void answer_create(api_request *req, const table_info *next);
 
 static void create_table_now(api_request *req)
@@ -476,7 +574,11 @@ static void create_table_now(api_request *req)
             }
         }
     }
-    if (api_verr_finish(&v, &err) < 0) {
+    if (check_tags(tags, &v, &err) < 0) {
+        change_fail(req, &err);
+        return;
+    }
+    if (api_verr_finish(&v, &err) < 0 || check_tag_prefixes(tags, &err) < 0) {
         change_fail(req, &err);
         return;
     }
@@ -617,23 +719,10 @@ static void create_table_now(api_request *req)
     t.read_capacity = tp.present ? tp.read : 0;
     t.write_capacity = tp.present ? tp.write : 0;
     t.deletion_protection = protect;
-    for (size_t i = 0; tags != NULL && i < json_array_size(tags); i++) {
-        json_t *e = json_array_get(tags, i);
-        const char *k = json_string_value(json_object_get(e, "Key"));
-        const char *val = json_string_value(json_object_get(e, "Value"));
-        if (k == NULL || val == NULL || strlen(k) < 1 || strlen(k) > 128 || strlen(val) > 256) {
-            catalog_table_free(&t);
-            strata_err_set(&err, ERR_VALIDATION,
-                           "One or more parameter values were invalid: "
-                           "Invalid tag");
-            change_fail(req, &err);
-            return;
-        }
-        if (catalog_table_set_tag(&t, k, val, &err) < 0) {
-            catalog_table_free(&t);
-            change_fail(req, &err);
-            return;
-        }
+    if (apply_tags(&t, tags, &err) < 0) {
+        catalog_table_free(&t);
+        change_fail(req, &err);
+        return;
     }
     int parts = api_server_initial_partitions(req->srv);
     if (catalog_split_even(&t, (size_t)parts, catalog_next_partition_id(cat), &err) < 0) {
@@ -965,33 +1054,7 @@ static void tag_resource_now(api_request *req)
     }
     if (tags == NULL)
         api_verr_add(&v, NULL, "tags", "Member must not be null");
-    for (size_t i = 0; tags != NULL && i < json_array_size(tags); i++) {
-        json_t *e = json_array_get(tags, i);
-        if (!json_is_object(e)) {
-            api_wrong_type(e, "Tag", &err);
-            change_fail(req, &err);
-            return;
-        }
-        const char *k, *val;
-        if (elem_string(e, "Key", &k, &err) < 0 || elem_string(e, "Value", &val, &err) < 0) {
-            change_fail(req, &err);
-            return;
-        }
-        char member[64];
-        snprintf(member, sizeof member, "tags.%zu.member.key", i + 1);
-        if (k == NULL)
-            api_verr_add(&v, NULL, member, "Member must not be null");
-        else if (strlen(k) < 1)
-            api_verr_add(&v, k, member, "Member must have length greater than or equal to 1");
-        else if (strlen(k) > 128)
-            api_verr_add(&v, k, member, "Member must have length less than or equal to 128");
-        snprintf(member, sizeof member, "tags.%zu.member.value", i + 1);
-        if (val == NULL)
-            api_verr_add(&v, NULL, member, "Member must not be null");
-        else if (strlen(val) > 256)
-            api_verr_add(&v, val, member, "Member must have length less than or equal to 256");
-    }
-    if (api_verr_finish(&v, &err) < 0) {
+    if (check_tags(tags, &v, &err) < 0 || api_verr_finish(&v, &err) < 0) {
         change_fail(req, &err);
         return;
     }
@@ -1005,25 +1068,17 @@ static void tag_resource_now(api_request *req)
         change_fail(req, &err);
         return;
     }
+    if (check_tag_prefixes(tags, &err) < 0) {
+        change_fail(req, &err);
+        return;
+    }
     table_info next;
     if (catalog_table_copy(t, &next, &err) < 0) {
         change_fail(req, &err);
         return;
     }
-    for (size_t i = 0; i < json_array_size(tags); i++) {
-        json_t *e = json_array_get(tags, i);
-        if (catalog_table_set_tag(&next, json_string_value(json_object_get(e, "Key")),
-                                  json_string_value(json_object_get(e, "Value")), &err) < 0) {
-            catalog_table_free(&next);
-            change_fail(req, &err);
-            return;
-        }
-    }
-    if (next.n_tags > CATALOG_MAX_TAGS) {
+    if (apply_tags(&next, tags, &err) < 0) {
         catalog_table_free(&next);
-        strata_err_set(&err, ERR_LIMIT_EXCEEDED,
-                       "The number of tags on the resource would exceed the limit of %d",
-                       CATALOG_MAX_TAGS);
         change_fail(req, &err);
         return;
     }

@@ -312,6 +312,49 @@ def test_tags_errors(ddb, name):
         ddb.tag_resource(ResourceArn=missing, Tags=[{"Key": "a", "Value": "b"}])
 
 
+@pytest.mark.dynalite_differs("dynalite does not check tag contents")
+def test_tag_rules(ddb, name):
+    """DynamoDB's tag restrictions (developer guide, "Tagging restrictions"), as ScyllaDB's
+    tests record DynamoDB answering them: every refusal is a ValidationException."""
+    arn = create_table(ddb, name)["TableArn"]
+    # Lengths count characters, not bytes; letters of any script are letters.
+    ok = [{"Key": "\u0436" * 128, "Value": "\u044f" * 256},
+          {"Key": "a b+c-d=e.f_g:h/i@j", "Value": ""}]
+    ddb.tag_resource(ResourceArn=arn, Tags=ok)
+    assert sorted(t["Key"] for t in ddb.list_tags_of_resource(ResourceArn=arn)["Tags"]) == \
+        sorted(t["Key"] for t in ok)
+    for key, value in [("ok", "#!%^$&"), ("->>;-)])", "ok"), ("!!!\\|", "<><"),
+                       ("k" * 129, "v"), ("k", "v" * 257)]:
+        with ddb_error("ValidationException"):
+            ddb.tag_resource(ResourceArn=arn, Tags=[{"Key": key, "Value": value}])
+    for key in ("aws:owner", "AWS:owner"):
+        with ddb_error("ValidationException", match=r".*aws:.*"):
+            ddb.tag_resource(ResourceArn=arn, Tags=[{"Key": key, "Value": "x"}])
+    # 50 tags at most: 2 + 48 fit, one more does not, and nothing of a refused call lands.
+    ddb.tag_resource(ResourceArn=arn, Tags=[{"Key": "t%d" % i, "Value": "v"} for i in range(48)])
+    with ddb_error("ValidationException", match=r".*limit of 50.*"):
+        ddb.tag_resource(ResourceArn=arn, Tags=[{"Key": "x", "Value": "v"}])
+    assert len(ddb.list_tags_of_resource(ResourceArn=arn)["Tags"]) == 50
+
+
+@pytest.mark.dynalite_differs("dynalite does not check tag contents")
+def test_create_table_tag_rules(ddb, name):
+    """CreateTable holds its Tags to the same rules, and a refused table does not exist."""
+    for tags, match in [([{"Key": "t%d" % i, "Value": "v"} for i in range(51)], r".*limit of 50.*"),
+                        ([{"Key": "aws:x", "Value": "v"}], r".*aws:.*"),
+                        ([{"Key": "a;b", "Value": "v"}], r".*tags\.1\.member\.key.*")]:
+        with ddb_error("ValidationException", match=match):
+            ddb.create_table(TableName=name, BillingMode="PAY_PER_REQUEST", Tags=tags,
+                             **key_args())
+        with ddb_error("ResourceNotFoundException"):
+            ddb.describe_table(TableName=name)
+    arn = ddb.create_table(TableName=name, BillingMode="PAY_PER_REQUEST", **key_args(),
+                           Tags=[{"Key": "t%d" % i, "Value": "v"} for i in range(50)]
+                           )["TableDescription"]["TableArn"]
+    wait_active(ddb, name)
+    assert len(ddb.list_tags_of_resource(ResourceArn=arn)["Tags"]) == 50
+
+
 @pytest.mark.dynalite_differs("dynalite has no DescribeLimits")
 def test_describe_limits(ddb):
     out = ddb.describe_limits()
