@@ -612,6 +612,48 @@ const catalog *router_catalog(const router *r)
     return r->cl != NULL ? rcluster_catalog(r->cl) : r->cat;
 }
 
+bool router_catalog_may_lag(const router *r)
+{
+    return r->cl != NULL;
+}
+
+/* One node: the catalog is the node's own, so a sync only defers `cb` to the loop. */
+typedef struct {
+    uv_timer_t timer;
+    router_sync_cb cb;
+    void *ctx;
+} local_sync;
+
+static void local_sync_closed(uv_handle_t *h)
+{
+    free(h->data);
+}
+
+static void local_sync_fire(uv_timer_t *t)
+{
+    local_sync *ls = t->data;
+    ls->cb(ls->ctx);
+    uv_close((uv_handle_t *)&ls->timer, local_sync_closed);
+}
+
+void router_sync_catalog(router *r, router_sync_cb cb, void *ctx)
+{
+    if (r->cl != NULL) {
+        rcluster_sync_catalog(r->cl, cb, ctx);
+        return;
+    }
+    local_sync *ls = malloc(sizeof *ls);
+    if (ls == NULL || uv_timer_init(r->loop, &ls->timer) != 0) {
+        free(ls);
+        cb(ctx); /* out of memory: the catalog is current anyway */
+        return;
+    }
+    ls->cb = cb;
+    ls->ctx = ctx;
+    ls->timer.data = ls;
+    uv_timer_start(&ls->timer, local_sync_fire, 0, 0);
+}
+
 int router_table_partitions(const router *r, uint32_t table_id, const partition_desc **parts,
                             size_t *n, strata_err *err)
 {

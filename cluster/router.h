@@ -182,6 +182,23 @@ void router_close(router *r);
 const catalog *router_catalog(const router *r);
 
 /*
+ * In a cluster this node's catalog follows the meta group and may lag it by a moment
+ * (a heartbeat on meta voters, up to a fetch interval elsewhere): a table created
+ * through another node may be missing here for that long. router_catalog_may_lag says
+ * whether that can happen (false on one node). router_sync_catalog calls `cb` once,
+ * later, from the loop, when this node's catalog holds every table change the meta
+ * group committed before the call (the meta leader confirms its leadership and its
+ * applied index, and this node's copy catches up to it), or when that cannot be confirmed
+ * (no meta leader answers within about two seconds): the caller then goes on with the
+ * catalog it has. For answers that rest on a table's absence (ResourceNotFoundException):
+ * after `cb` they are no staler than the request. Concurrent callers share one check;
+ * on one node `cb` runs at the next loop turn.
+ */
+typedef void (*router_sync_cb)(void *ctx);
+bool router_catalog_may_lag(const router *r);
+void router_sync_catalog(router *r, router_sync_cb cb, void *ctx);
+
+/*
  * Submits a catalog record (catalog_encode_table/_drop). On durability it is applied
  * to the catalog and stored in the engine, then `cb` is called (result empty). Dropping
  * a table also deletes its data (an engine range delete of its table id) and retires

@@ -11,6 +11,10 @@
  *                     empty while the bootstrap node still waits for voters
  *   MSG_META_PROPOSE  a meta record -> u8 code | varint index | message
  *   MSG_META_FETCH    (empty) -> varint applied index | meta_state_encode bytes
+ *   MSG_META_SYNC     (empty) -> varint index: served by the meta leader once a
+ *                     leadership check sent after the question passed and it applied
+ *                     everything committed before (raft_host_read_index); the caller's
+ *                     map is then current once it reflects that index
  *   MSG_PART_WRITE    varint partition | varint epoch | command -> varint index | result
  *   MSG_PART_READ     varint partition | u8 consistent | varint min index | u64be hash_lo |
  *                     u64be hash_hi (the range the caller expects the replica to serve) |
@@ -87,6 +91,7 @@ enum {
     MSG_PART_STATS = 9,
     MSG_CAP_DEMAND = 10,
     MSG_LEAVING = 11,
+    MSG_META_SYNC = 13,
     /* 12 was MSG_CHILD_SEED (the record now comes with MSG_GROUP_STATUS): not reused */
 };
 
@@ -96,6 +101,7 @@ enum {
 #define ATTEMPT_DEADLINE_MS  3000 /* one rpc attempt */
 #define TICK_MS              100
 #define META_FETCH_MS        500
+#define CATALOG_SYNC_MS      2000 /* a catalog sync gives up (the caller goes on) after this */
 #define STATS_PUSH_MS        2000 /* partition statistics to the other nodes */
 #define CAP_SHARE_SETTLE_MS  300  /* capacity shares: computed this long into each wall-clock
                                    * second, when every node's figures sent at its start
@@ -398,6 +404,13 @@ struct rcluster {
     uint64_t last_fetch;
     bool register_in_flight;
     catalog *cat;
+    /* Catalog syncs (rcluster_sync_catalog): callers that asked after the check in flight
+     * was sent (`sync_next`), those the check in flight covers (`sync_round`), and those
+     * that know the index their map must reach (`sync_wait`). */
+    struct catalog_sync *sync_next, *sync_round, *sync_wait;
+    bool sync_in_flight;
+    unsigned sync_asks;   /* redirections followed by the round in flight */
+    uint64_t sync_target; /* the node the round in flight asked */
 
     meta_node joiners[MAX_META_VOTERS];
     size_t n_joiners;
@@ -1576,6 +1589,168 @@ static void finish_meta_waiters(rcluster *c)
             next = c->live;
         }
     }
+}
+
+/* ------------------------------------------------------------------ catalog syncs */
+
+/*
+ * A caller of rcluster_sync_catalog. Its map is current once it reflects `index`, the
+ * meta leader's applied index after a leadership check that started after the call: no
+ * table change acknowledged before the call can be missing from it then.
+ */
+typedef struct catalog_sync {
+    router_sync_cb cb;
+    void *ctx;
+    uint64_t index;    /* valid in sync_wait */
+    uint64_t deadline; /* monotonic ms: the caller goes on with the map it has */
+    struct catalog_sync *next;
+} catalog_sync;
+
+static void sync_start_round(rcluster *c);
+
+/* Moves every caller of `*from` to the front of `*to`, setting their index. */
+static void syncs_move(catalog_sync **from, catalog_sync **to, uint64_t index)
+{
+    while (*from != NULL) {
+        catalog_sync *s = *from;
+        *from = s->next;
+        s->index = index;
+        s->next = *to;
+        *to = s;
+    }
+}
+
+/* Calls back the callers of `*list` for which `done` holds (all when `all`), unlinked first:
+ * a callback may ask again. Runs from the loop (on_kick, on_tick), never inside the host. */
+static void syncs_finish(rcluster *c, catalog_sync **list, bool all)
+{
+    catalog_sync *ready = NULL;
+    for (catalog_sync **pp = list; *pp != NULL;) {
+        catalog_sync *s = *pp;
+        if (all || c->meta_index >= s->index || now_ms(c) >= s->deadline) {
+            *pp = s->next;
+            s->next = ready;
+            ready = s;
+        } else {
+            pp = &s->next;
+        }
+    }
+    while (ready != NULL) {
+        catalog_sync *s = ready;
+        ready = s->next;
+        s->cb(s->ctx);
+        free(s);
+    }
+}
+
+/* Callers whose map is current (or who waited long enough) go on; a node outside the meta
+ * group that still lags fetches the map from the meta leader. */
+static void finish_catalog_syncs(rcluster *c)
+{
+    syncs_finish(c, &c->sync_wait, false);
+    if (c->sync_wait != NULL && !c->voter && !c->fetch_in_flight)
+        fetch_meta(c);
+}
+
+/* The leader's confirmed index for the round in flight, or 0 when none could be had (the
+ * round's callers then go on at their deadline, or now if it passed). */
+static void sync_round_done(rcluster *c, uint64_t index)
+{
+    c->sync_in_flight = false;
+    if (index == 0) { /* no meta leader answered: go on with the map as it is */
+        for (catalog_sync *s = c->sync_round; s != NULL; s = s->next)
+            s->deadline = 0;
+        index = UINT64_MAX;
+    }
+    syncs_move(&c->sync_round, &c->sync_wait, index);
+    sync_start_round(c);
+    kick(c); /* finish_catalog_syncs runs from the loop */
+}
+
+static void on_sync_local(void *data, const raft_host_outcome *out)
+{
+    rcluster *c = data;
+    sync_round_done(c, out->code == ERR_NONE ? c->meta_index : 0);
+}
+
+static bool sync_ask(rcluster *c, uint64_t target);
+
+static void on_sync_answer(void *ctx, int status, const strata_err *err, const uint8_t *data,
+                           size_t len)
+{
+    rcluster *c = ctx;
+    if (c->closing) {
+        c->sync_in_flight = false;
+        return;
+    }
+    uint64_t index = 0;
+    if (status == 0) {
+        rd r;
+        rd_init(&r, data, len);
+        index = rd_varint(&r);
+        if (r.failed)
+            index = 0;
+        else
+            c->meta_leader_hint = c->sync_target; /* where a lagging map is fetched from */
+    } else {
+        /* Asked a node that does not lead the meta group: ask the one it names, twice at most. */
+        int64_t h = retry_hint(err);
+        if (h > 0) {
+            c->meta_leader_hint = (uint64_t)h;
+            if (++c->sync_asks <= 2 && sync_ask(c, (uint64_t)h))
+                return;
+        }
+    }
+    sync_round_done(c, index);
+}
+
+/* Sends the round's question to `target` (the meta leader as known here). */
+static bool sync_ask(rcluster *c, uint64_t target)
+{
+    strata_err err;
+    if (c->voter && target == c->self) {
+        if (!raft_host_is_leader(c->host, META_GROUP))
+            return false;
+        return raft_host_read_index(c->host, META_GROUP, on_sync_local, c, &err) == 0;
+    }
+    c->sync_target = target;
+    return target != 0 && rpc_call(c->rpc, target, MSG_META_SYNC, NULL, 0, CATALOG_SYNC_MS,
+                                   on_sync_answer, c, &err) == 0;
+}
+
+/* Sends one leadership check for every caller that asked since the last one was sent. */
+static void sync_start_round(rcluster *c)
+{
+    if (c->sync_in_flight || c->sync_next == NULL || c->closing)
+        return;
+    syncs_move(&c->sync_next, &c->sync_round, 0);
+    c->sync_in_flight = true;
+    c->sync_asks = 0;
+    uint64_t target = meta_leader(c);
+    if (target == 0 && c->n_members > 0) /* not known here: a member will name it */
+        target = c->members[now_ms(c) % c->n_members].id;
+    if (!sync_ask(c, target))
+        sync_round_done(c, 0);
+}
+
+void rcluster_sync_catalog(rcluster *c, router_sync_cb cb, void *ctx)
+{
+    catalog_sync *s = calloc(1, sizeof *s);
+    if (s == NULL) {
+        cb(ctx); /* out of memory: go on with the map as it is */
+        return;
+    }
+    s->cb = cb;
+    s->ctx = ctx;
+    s->deadline = now_ms(c) + CATALOG_SYNC_MS;
+    if (c->closing) { /* rcluster_close calls it back */
+        s->next = c->sync_wait;
+        c->sync_wait = s;
+        return;
+    }
+    s->next = c->sync_next;
+    c->sync_next = s;
+    sync_start_round(c);
 }
 
 static int propose_meta(rcluster *c, const meta_cmd *cmd, router_cb cb, void *ctx, strata_err *err)
@@ -3874,6 +4049,42 @@ static void serve_meta_fetch(rcluster *c, rpc_responder *resp)
     buf_free(&b);
 }
 
+typedef struct {
+    rcluster *c;
+    rpc_responder *resp;
+} served_sync;
+
+static void on_served_sync(void *data, const raft_host_outcome *out)
+{
+    served_sync *ss = data;
+    if (out->code != ERR_NONE) {
+        respond_retry(ss->resp, out->leader_hint, "meta leadership not confirmed");
+    } else {
+        buf b;
+        buf_init(&b, 10);
+        buf_put_varint(&b, ss->c->meta_index);
+        rpc_respond(ss->resp, b.data, b.len, NULL);
+        buf_free(&b);
+    }
+    free(ss);
+}
+
+static void serve_meta_sync(rcluster *c, rpc_responder *resp)
+{
+    strata_err err;
+    served_sync *ss = malloc(sizeof *ss);
+    if (ss == NULL) {
+        rpc_respond_error(resp, ERR_NOMEM, "out of memory");
+        return;
+    }
+    *ss = (served_sync){c, resp};
+    if (!c->voter || !raft_host_is_leader(c->host, META_GROUP) ||
+        raft_host_read_index(c->host, META_GROUP, on_served_sync, ss, &err) < 0) {
+        free(ss);
+        respond_retry(resp, meta_leader(c), "not the meta leader");
+    }
+}
+
 static int start_meta_group(rcluster *c, strata_err *err);
 
 /* The bootstrap node forms the cluster once `expect` nodes (itself included) asked. */
@@ -3950,6 +4161,9 @@ static void on_request(void *ctx, uint64_t peer, uint32_t type, const uint8_t *d
         return;
     case MSG_META_FETCH:
         serve_meta_fetch(c, resp);
+        return;
+    case MSG_META_SYNC:
+        serve_meta_sync(c, resp);
         return;
     case MSG_PART_WRITE:
         serve_write(c, data, len, resp);
@@ -5086,6 +5300,7 @@ static void reconcile(rcluster *c)
             raft_host_apply_resume(c->host, c->parts[i].id);
         }
     finish_meta_waiters(c);
+    finish_catalog_syncs(c);
 }
 
 static void on_kick(uv_timer_t *t)
@@ -6164,6 +6379,13 @@ void rcluster_close(rcluster *c)
         c->rpc = NULL;
     }
     fail_parked_ops(c); /* ops that retried from those callbacks */
+    /* Catalog syncs still waiting go on with the map as it is (their callers answer, and
+     * may ask again: those are answered here too). */
+    while (c->sync_next != NULL || c->sync_round != NULL || c->sync_wait != NULL) {
+        syncs_finish(c, &c->sync_next, true);
+        syncs_finish(c, &c->sync_round, true);
+        syncs_finish(c, &c->sync_wait, true);
+    }
     if (c->clock_open)
         raft_host_uv_clock_close(&c->clock, NULL, NULL);
     uv_close((uv_handle_t *)&c->tick, NULL);

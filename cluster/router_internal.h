@@ -50,6 +50,7 @@ int rcluster_write(rcluster *c, uint32_t table_id, uint64_t hash, const uint8_t 
 int rcluster_read(rcluster *c, uint32_t table_id, uint64_t partition_id,
                   const partition_read_req *req, arena *a, router_read_cb cb, void *ctx,
                   strata_err *err);
+void rcluster_sync_catalog(rcluster *c, router_sync_cb cb, void *ctx);
 partition_stats rcluster_table_stats(const rcluster *c, uint32_t table_id);
 size_t rcluster_inflight(const rcluster *c);
 bool rcluster_ready(const rcluster *c);
