@@ -486,9 +486,9 @@ static void send_error(http_request *http, const char *request_id, strata_code c
     free(text);
 }
 
-void api_table_missed(api_request *req)
+void api_catalog_doubt(api_request *req)
 {
-    req->table_missed = true;
+    req->catalog_doubt = true;
 }
 
 static void run_after_sync(void *ctx)
@@ -497,17 +497,18 @@ static void run_after_sync(void *ctx)
     req->run(req);
 }
 
-/* A missing table, before the catalog was brought up to date for this request: true
- * when the request will run again afterwards instead of being answered now. */
+/* An error that rests on this node's catalog, before the catalog was brought up to date
+ * for this request: true when the request will run again afterwards instead of being
+ * answered now. */
 static bool retry_after_catalog_sync(api_request *req, const strata_err *err, json_t *extra)
 {
-    if (err == NULL || err->code != ERR_RESOURCE_NOT_FOUND || !req->table_missed ||
-        req->catalog_synced || !router_catalog_may_lag(req->router) || req->run == NULL)
+    if (err == NULL || !req->catalog_doubt || req->catalog_synced ||
+        !router_catalog_may_lag(req->router) || req->run == NULL)
         return false;
     if (extra != NULL)
         json_decref(extra);
     req->catalog_synced = true;
-    req->table_missed = false;
+    req->catalog_doubt = false;
     router_sync_catalog(req->router, run_after_sync, req);
     return true;
 }
@@ -1070,7 +1071,7 @@ const table_info *api_table(api_request *req, const char *name, size_t len, stra
 {
     const table_info *t = catalog_find(router_catalog(req->router), name, len);
     if (t == NULL || t->status == TABLE_DELETING || t->status == TABLE_CREATING) {
-        api_table_missed(req);
+        api_catalog_doubt(req);
         strata_err_set(err, ERR_RESOURCE_NOT_FOUND,
                        "Requested resource not found: Table: %.*s not found", (int)len, name);
         return NULL;

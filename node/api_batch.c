@@ -496,9 +496,12 @@ static int write_request(api_request *req, const table_info *t, json_t *wr, writ
         av *item = arena_zalloc(req->arena, sizeof *item);
         if (item == NULL)
             return strata_err_set(err, ERR_NOMEM, "out of memory");
-        if (ddbjson_to_item(item_json, req->arena, item, err) < 0 ||
-            items_check_key(&t->schema, item, false, &pk, &sk, err) < 0)
+        if (ddbjson_to_item(item_json, req->arena, item, err) < 0)
             return -1;
+        if (items_check_key(&t->schema, item, false, &pk, &sk, err) < 0) {
+            api_catalog_doubt(req);
+            return -1;
+        }
         if (item_size(item) > ITEM_MAX_SIZE)
             return strata_err_set(err, ERR_VALIDATION,
                                   "Item size has exceeded the maximum allowed size");
@@ -517,8 +520,10 @@ static int write_request(api_request *req, const table_info *t, json_t *wr, writ
             return api_verr_finish(&ve, err);
         }
         av *key;
-        if (items_key_from_json(req->arena, &t->schema, key_json, &key, &pk, &sk, err) < 0)
+        if (items_key_from_json(req->arena, &t->schema, key_json, &key, &pk, &sk, err) < 0) {
+            api_catalog_doubt(req);
             return -1;
+        }
         pw.kind = PARTITION_DELETE;
         pw.key = key;
     }

@@ -52,9 +52,10 @@ typedef struct api_request {
     bool heavy;          /* holds one of the heavy operations' places (api.c, admit) */
     void (*run)(struct api_request *req); /* the operation */
     struct api_request *queue_next;       /* waiting for a heavy operation's place */
-    /* A table named by the request was missing from this node's catalog (api_table_missed),
-     * and whether the catalog was brought up to date for this request already. */
-    bool table_missed;
+    /* The error about to be answered rests on this node's catalog, which may lag
+     * (api_catalog_doubt), and whether the catalog was brought up to date for this
+     * request already. */
+    bool catalog_doubt;
     bool catalog_synced;
 } api_request;
 
@@ -77,15 +78,19 @@ void api_respond_err(api_request *req, const strata_err *err);
 void api_respond_err_with(api_request *req, const strata_err *err, json_t *extra);
 
 /*
- * Notes that a table the request names is not in this node's catalog (or not ACTIVE
- * there). In a cluster that catalog may lag the meta group (router.h,
- * router_catalog_may_lag): the ResourceNotFoundException that follows is then not sent
- * at once. The catalog is brought up to date (router_sync_catalog) and the request runs
- * again from the start, once; only then is a table that is still missing reported. So a
- * table created through one node is never reported missing by another after its creator
- * answered. Call it only before the operation started any work it cannot repeat.
+ * Notes that the error about to be answered rests on this node's catalog: a table the
+ * request names is missing (or not ACTIVE) here, a key does not match the table's
+ * schema as known here, CreateTable finds the name taken here, or the router reports the
+ * table dropped under a read or write it did not apply. In a cluster that catalog may lag
+ * the meta group (router.h, router_catalog_may_lag), by a moment: the table may have
+ * been created, or deleted and created again with another key, through another node.
+ * The error is then not sent at once: the catalog is brought up to date
+ * (router_sync_catalog) and the request runs again from the start, once, and answers
+ * what it finds then. So a table created through one node is never reported missing (or
+ * its old self used) by another after its creator answered. Call it only before the
+ * operation started any work it cannot repeat.
  */
-void api_table_missed(api_request *req);
+void api_catalog_doubt(api_request *req);
 
 /* HTTP status and __type string for a code, e.g. 400 and
  * "com.amazonaws.dynamodb.v20120810#ResourceNotFoundException". */

@@ -407,6 +407,8 @@ static void write_done(void *arg, const strata_err *err, const uint8_t *result, 
     api_request *req = w->req;
     if (err != NULL) {
         items_note_throttled(req, w->table_id, err);
+        if (err->code == ERR_RESOURCE_NOT_FOUND) /* dropped, not applied: maybe recreated */
+            api_catalog_doubt(req);
         api_respond_err(req, err);
         return;
     }
@@ -565,8 +567,10 @@ void api_put_item(api_request *req)
         goto fail;
     }
     const av *pk, *sk;
-    if (items_check_key(&wr.t->schema, item, false, &pk, &sk, &err) < 0)
+    if (items_check_key(&wr.t->schema, item, false, &pk, &sk, &err) < 0) {
+        api_catalog_doubt(req);
         goto fail;
+    }
     if (item_size(item) > ITEM_MAX_SIZE) {
         strata_err_set(&err, ERR_VALIDATION, "Item size has exceeded the maximum allowed size");
         goto fail;
@@ -595,7 +599,11 @@ static int key_param(api_request *req, const table_info *t, av **key, const av *
         api_verr_add(&ve, NULL, "key", "Member must not be null");
         return api_verr_finish(&ve, err);
     }
-    return items_key_from_json(req->arena, &t->schema, key_json, key, pk, sk, err);
+    if (items_key_from_json(req->arena, &t->schema, key_json, key, pk, sk, err) < 0) {
+        api_catalog_doubt(req);
+        return -1;
+    }
+    return 0;
 }
 
 void api_delete_item(api_request *req)
@@ -687,6 +695,8 @@ static void get_done(void *arg, const strata_err *err, partition_read_res *res)
     api_request *req = g->req;
     if (err != NULL) {
         items_note_throttled(req, g->rr.table_id, err);
+        if (err->code == ERR_RESOURCE_NOT_FOUND) /* dropped: maybe recreated */
+            api_catalog_doubt(req);
         api_respond_err(req, err);
         return;
     }

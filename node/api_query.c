@@ -131,6 +131,8 @@ static void read_done(void *arg, const strata_err *err, partition_read_res *res)
         return;
     }
     if (err != NULL) {
+        if (err->code == ERR_RESOURCE_NOT_FOUND) /* dropped: maybe recreated meanwhile */
+            api_catalog_doubt(c->req);
         fail(c, err);
         return;
     }

@@ -674,6 +674,7 @@ static void create_table_now(api_request *req)
         return;
     }
     if (catalog_find(cat, name, name_len) != NULL) {
+        api_catalog_doubt(req); /* deleted meanwhile through another node? */
         strata_err_set(&err, ERR_RESOURCE_IN_USE, "Table already exists: %s", name);
         change_fail(req, &err);
         return;
@@ -760,7 +761,7 @@ void api_describe_table(api_request *req)
     }
     const table_info *t = catalog_find(router_catalog(req->router), name, len);
     if (t == NULL) {
-        api_table_missed(req);
+        api_catalog_doubt(req);
         api_respond_error(req, ERR_RESOURCE_NOT_FOUND,
                           "Requested resource not found: Table: %s not found", name);
         return;
@@ -1015,7 +1016,7 @@ static const table_info *table_from_arn(api_request *req, const char *arn, strat
     }
     const table_info *t = catalog_find(router_catalog(req->router), name, strlen(name));
     if (t == NULL || t->status == TABLE_DELETING) {
-        api_table_missed(req);
+        api_catalog_doubt(req);
         strata_err_set(err, ERR_RESOURCE_NOT_FOUND,
                        "Requested resource not found: ResourcArn: %s not found", arn);
         return NULL;
