@@ -400,6 +400,27 @@ static void test_hand_off_single(void **state)
     assert_int_equal(router_hand_off(f->r, NULL), 0);
 }
 
+static void count_call(void *ctx)
+{
+    ++*(int *)ctx;
+}
+
+/* One node: the catalog cannot lag, and a sync only defers its callback to the loop (a
+ * callback from inside the call would re-enter the API mid-answer). */
+static void test_sync_catalog_single(void **state)
+{
+    fixture *f = *state;
+    assert_false(router_catalog_may_lag(f->r));
+    int calls = 0;
+    router_sync_catalog(f->r, count_call, &calls);
+    router_sync_catalog(f->r, count_call, &calls);
+    assert_int_equal(calls, 0);
+    while (calls < 2)
+        uv_run(&f->loop, UV_RUN_ONCE);
+    uv_run(&f->loop, UV_RUN_NOWAIT); /* the timers' close callbacks: nothing leaks */
+    assert_int_equal(calls, 2);
+}
+
 static void test_restart_clean(void **state)
 {
     fixture *f = *state;
@@ -581,6 +602,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_create_write_read, setup, teardown),
         cmocka_unit_test_setup_teardown(test_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hand_off_single, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sync_catalog_single, setup, teardown),
         cmocka_unit_test_setup_teardown(test_restart_clean, setup, teardown),
         cmocka_unit_test_setup_teardown(test_crash_recovery, setup, teardown),
         cmocka_unit_test_setup_teardown(test_drop, setup, teardown),
