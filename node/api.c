@@ -497,6 +497,15 @@ static void run_after_sync(void *ctx)
     req->run(req);
 }
 
+bool api_catalog_sync_first(api_request *req)
+{
+    if (req->catalog_synced || !router_catalog_may_lag(req->router) || req->run == NULL)
+        return false;
+    req->catalog_synced = true;
+    router_sync_catalog(req->router, run_after_sync, req);
+    return true;
+}
+
 /* An error that rests on this node's catalog, before the catalog was brought up to date
  * for this request: true when the request will run again afterwards instead of being
  * answered now. */

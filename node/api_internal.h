@@ -91,6 +91,14 @@ void api_respond_err_with(api_request *req, const strata_err *err, json_t *extra
  * operation started any work it cannot repeat.
  */
 void api_catalog_doubt(api_request *req);
+/*
+ * For the operations whose whole answer is the catalog (ListTables, DescribeTable,
+ * ListTagsOfResource, DescribeTimeToLive): brings it up to date first, in a cluster, and
+ * runs the request again then. True when it did so (the caller returns at once); false
+ * on one node or on the second run. So a table created, changed or deleted through
+ * another node shows here as its creator answered.
+ */
+bool api_catalog_sync_first(api_request *req);
 
 /* HTTP status and __type string for a code, e.g. 400 and
  * "com.amazonaws.dynamodb.v20120810#ResourceNotFoundException". */

@@ -752,6 +752,8 @@ void api_create_table(api_request *req)
 
 void api_describe_table(api_request *req)
 {
+    if (api_catalog_sync_first(req))
+        return;
     strata_err err;
     const char *name;
     size_t len;
@@ -773,6 +775,8 @@ void api_describe_table(api_request *req)
 
 void api_list_tables(api_request *req)
 {
+    if (api_catalog_sync_first(req))
+        return;
     strata_err err;
     const char *start;
     size_t start_len;
@@ -1145,6 +1149,8 @@ void api_untag_resource(api_request *req)
 
 void api_list_tags_of_resource(api_request *req)
 {
+    if (api_catalog_sync_first(req))
+        return;
     strata_err err;
     api_verr v;
     api_verr_init(&v);
@@ -1183,6 +1189,8 @@ void api_describe_endpoints(api_request *req)
 
 void api_describe_time_to_live(api_request *req)
 {
+    if (api_catalog_sync_first(req))
+        return;
     strata_err err;
     const char *name;
     size_t len;

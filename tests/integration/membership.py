@@ -237,7 +237,8 @@ def main():
         # fetching) included, even when the name was just deleted and created again with
         # another key ("c" twice: with the same key). A node whose map lacks the table, or
         # holds an old one (a key that does not match, a table dropped under the write),
-        # asks the meta leader and runs the request again before it answers an error.
+        # asks the meta leader and runs the request again before it answers an error;
+        # ListTables and DescribeTable ask first.
         # Without that, node 4 answered ResourceNotFoundException in 19 of 20 rounds of a
         # create-then-use sequence, and in 8 to 9 of 10 after a delete and create.
         for i, (via, at, key) in enumerate([(0, 3, "a"), (3, 1, "b"), (1, 3, "c"), (2, 3, "c")]):
@@ -245,6 +246,7 @@ def main():
             cv.create_table(TableName="fresh", BillingMode="PAY_PER_REQUEST",
                             AttributeDefinitions=[{"AttributeName": key, "AttributeType": "S"}],
                             KeySchema=[{"AttributeName": key, "KeyType": "HASH"}])
+            assert "fresh" in ca.list_tables()["TableNames"], "round %d: not listed" % i
             poll(lambda: cv.describe_table(TableName="fresh")["Table"]["TableStatus"] == "ACTIVE",
                  "table fresh (round %d) ACTIVE through node %d" % (i, via + 1), 30, 0.01)
             ca.put_item(TableName="fresh", Item={key: {"S": "k"}, "v": {"S": str(i)}})
@@ -253,6 +255,11 @@ def main():
             cv.delete_table(TableName="fresh")  # the replica counts below are the 8 of TABLE
             poll(lambda: "fresh" not in cv.list_tables()["TableNames"], "table fresh gone", 30,
                  0.01)
+            try:  # and gone through the other node at once
+                ca.describe_table(TableName="fresh")
+                raise AssertionError("round %d: table fresh still described" % i)
+            except ca.exceptions.ResourceNotFoundException:
+                pass
         log("tables created (and created again) through one node were usable at once through "
             "another (4 rounds)")
         # Every node counts every partition (from their leaders' figures), not only the
