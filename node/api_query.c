@@ -67,6 +67,7 @@ static int start_key(api_request *req, const table_schema *s, bool is_query, av 
     const av *pk, *sk;
     strata_err e;
     if (items_check_key(s, m, true, &pk, &sk, &e) < 0) {
+        api_catalog_doubt(req); /* the key may fit the table's new schema elsewhere */
         if (is_query)
             return strata_err_set(err, ERR_VALIDATION, "The provided starting key is invalid");
         return strata_err_set(err, ERR_VALIDATION, "The provided starting key is invalid: %s",
