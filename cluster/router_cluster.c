@@ -15,6 +15,9 @@
  *                     leadership check sent after the question passed and it applied
  *                     everything committed before (raft_host_read_index); the caller's
  *                     map is then current once it reflects that index
+ *   MSG_DROP_CHECK    varint meta index | u32be table -> u8 1 once this node's map
+ *                     reflects that index and it runs no replica of the table (any more),
+ *                     0 if not so within DROP_CHECK_MS (see "Fencing a dropped table")
  *   MSG_PART_WRITE    varint partition | varint epoch | command -> varint index | result
  *   MSG_PART_READ     varint partition | u8 consistent | varint min index | u64be hash_lo |
  *                     u64be hash_hi (the range the caller expects the replica to serve) |
@@ -92,6 +95,7 @@ enum {
     MSG_CAP_DEMAND = 10,
     MSG_LEAVING = 11,
     MSG_META_SYNC = 13,
+    MSG_DROP_CHECK = 14,
     /* 12 was MSG_CHILD_SEED (the record now comes with MSG_GROUP_STATUS): not reused */
 };
 
@@ -102,6 +106,10 @@ enum {
 #define TICK_MS              100
 #define META_FETCH_MS        500
 #define CATALOG_SYNC_MS      2000 /* a catalog sync gives up (the caller goes on) after this */
+#define DROP_CHECK_MS                                                                              \
+    2000                          /* a node asked whether it stopped a dropped table answers       \
+                                   * within this */
+#define DROP_CHECKS_MAX      1024 /* such questions held at once; more are answered "not yet" */
 #define STATS_PUSH_MS        2000 /* partition statistics to the other nodes */
 #define CAP_SHARE_SETTLE_MS  300  /* capacity shares: computed this long into each wall-clock
                                    * second, when every node's figures sent at its start
@@ -312,6 +320,7 @@ typedef enum { OP_WRITE = 1, OP_READ, OP_META } op_kind;
 
 typedef struct op op;
 typedef void (*op_meta_done)(rcluster *c, op *o, const strata_err *err);
+typedef struct drop_fence drop_fence;
 
 struct op {
     op *prev, *next; /* c->live */
@@ -332,6 +341,7 @@ struct op {
     bool waiting;    /* OP_META: committed, waiting for the local map to hold it */
     bool refused;    /* OP_META: ...and the change was refused (ERR_BUSY), not made */
     uint64_t wait_index;
+    drop_fence *fence; /* OP_META dropping a table: the replicas that must stop first */
     router_cb wcb; /* OP_WRITE, OP_META */
     router_read_cb rcb;
     void *ctx;
@@ -408,6 +418,9 @@ struct rcluster {
      * was sent (`sync_next`), those the check in flight covers (`sync_round`), and those
      * that know the index their map must reach (`sync_wait`). */
     struct catalog_sync *sync_next, *sync_round, *sync_wait;
+    /* MSG_DROP_CHECK questions waiting for this node's map or replicas to catch up. */
+    struct drop_check *drop_checks;
+    size_t n_drop_checks;
     bool sync_in_flight;
     unsigned sync_asks;   /* redirections followed by the round in flight */
     uint64_t sync_target; /* the node the round in flight asked */
@@ -913,9 +926,13 @@ static op *op_new(rcluster *c, op_kind kind, const void *data, size_t len)
     return o;
 }
 
+static void fence_release(drop_fence *f);
+
 static void op_free(op *o)
 {
     rcluster *c = o->c;
+    if (o->fence != NULL)
+        fence_release(o->fence);
     if (o->prev != NULL)
         o->prev->next = o->next;
     else
@@ -1568,14 +1585,23 @@ static void op_run(op *o)
     }
 }
 
-/* Completes meta ops whose change this node's map now holds. */
+static void fence_ask(drop_fence *f, uint64_t index);
+static bool fence_holds(const drop_fence *f);
+
+/* Completes meta ops whose change this node's map now holds (a table's drop once its
+ * replicas stopped, see "Fencing a dropped table"). */
 static void finish_meta_waiters(rcluster *c)
 {
     for (op *o = c->live, *next; o != NULL; o = next) {
         next = o->next;
         if (o->kind != OP_META || !o->waiting)
             continue;
-        if (c->meta_index >= o->wait_index) {
+        bool fenced = true;
+        if (o->fence != NULL && !o->refused && c->meta_index >= o->wait_index) {
+            fence_ask(o->fence, o->wait_index);
+            fenced = fence_holds(o->fence);
+        }
+        if (c->meta_index >= o->wait_index && fenced) {
             strata_err busy;
             if (o->refused)
                 strata_err_set(&busy, ERR_BUSY, "the table changed while this change was made");
@@ -1585,7 +1611,9 @@ static void finish_meta_waiters(rcluster *c)
             next = c->live; /* the callback may have started or ended other ops */
         } else if (now_ms(c) >= o->deadline) {
             op_fail_code(o, ERR_UNAVAILABLE,
-                         "The change was made but this node's map has not caught up yet");
+                         !fenced ? "The table was deleted, but not every partition confirmed "
+                                   "that it stopped"
+                                 : "The change was made but this node's map has not caught up yet");
             next = c->live;
         }
     }
@@ -1753,6 +1781,270 @@ void rcluster_sync_catalog(rcluster *c, router_sync_cb cb, void *ctx)
     sync_start_round(c);
 }
 
+/* ------------------------------------------------------------------ drop fences */
+
+/*
+ * Fencing a dropped table. A drop takes the table out of the map at once, but a replica
+ * stops only when its node's copy of the map shows the drop: a heartbeat later on the
+ * meta voters, up to META_FETCH_MS on the other nodes. Until then a partition whose
+ * replicas all lag still commits writes, and a node whose copy lags too still routes
+ * writes of that table's name there: after the table was dropped and created again, such
+ * a write was acknowledged and then lost with the old partition. So a drop is answered
+ * only once a majority of the voters of each of the table's partitions say (MSG_DROP_CHECK)
+ * that their map holds the drop and they run no replica of the table: no entry can commit
+ * in those groups any more, and a write routed there by a stale map finds no partition
+ * (ResourceNotFound, after which the API syncs its catalog and tries again).
+ *
+ * The partitions are the table's in this node's map when the drop is proposed. A
+ * partition a split created since is covered as long as it lives on its parent's nodes
+ * (the check is by table, not by partition), which holds until the cluster moves it.
+ */
+typedef struct {
+    uint64_t id;
+    bool confirmed;    /* said its map holds the drop and it runs none of the table */
+    bool asking;       /* a question is in flight */
+    uint64_t retry_at; /* after a failed question: not asked again before (monotonic ms) */
+} fence_node;
+
+typedef struct {
+    uint32_t n_voters;
+    uint64_t voters[META_MAX_MEMBERS];
+} fence_part;
+
+struct drop_fence {
+    rcluster *c;
+    op *owner; /* NULL once the op ended: the last answer frees the fence */
+    uint32_t table_id;
+    unsigned asking; /* questions in flight */
+    fence_part *parts;
+    size_t n_parts;
+    fence_node *nodes;
+    size_t n_nodes;
+};
+
+typedef struct {
+    drop_fence *f;
+    size_t node; /* index into f->nodes */
+} fence_question;
+
+static void fence_free(drop_fence *f)
+{
+    free(f->parts);
+    free(f->nodes);
+    free(f);
+}
+
+static void fence_release(drop_fence *f)
+{
+    f->owner = NULL;
+    if (f->asking == 0)
+        fence_free(f);
+}
+
+static bool fence_has_node(const drop_fence *f, uint64_t id)
+{
+    for (size_t i = 0; i < f->n_nodes; i++)
+        if (f->nodes[i].id == id)
+            return true;
+    return false;
+}
+
+/* The fence of dropping table `table_id`: its partitions' voters as this map has them.
+ * NULL when out of memory (the drop then goes unfenced, as before fences existed). */
+static drop_fence *fence_new(rcluster *c, uint32_t table_id)
+{
+    size_t n;
+    const meta_partition *mp = meta_table_partitions(c->meta, table_id, &n);
+    drop_fence *f = calloc(1, sizeof *f);
+    if (f == NULL)
+        return NULL;
+    f->c = c;
+    f->table_id = table_id;
+    f->parts = calloc(n ? n : 1, sizeof *f->parts);
+    f->nodes = calloc(n * META_MAX_MEMBERS + 1, sizeof *f->nodes);
+    if (f->parts == NULL || f->nodes == NULL) {
+        fence_free(f);
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++) {
+        fence_part *fp = &f->parts[f->n_parts++];
+        for (uint32_t k = 0; k < mp[i].n_members; k++) {
+            const meta_replica *r = &mp[i].members[k];
+            if (r->role != META_VOTER)
+                continue;
+            fp->voters[fp->n_voters++] = r->node;
+            if (!fence_has_node(f, r->node))
+                f->nodes[f->n_nodes++].id = r->node;
+        }
+    }
+    return f;
+}
+
+static bool runs_table(const rcluster *c, uint32_t table_id)
+{
+    for (size_t i = 0; i < c->n_parts; i++)
+        if (c->parts[i].desc.table_id == table_id)
+            return true;
+    return false;
+}
+
+static bool fence_confirmed(const drop_fence *f, uint64_t id)
+{
+    for (size_t i = 0; i < f->n_nodes; i++)
+        if (f->nodes[i].id == id)
+            return f->nodes[i].confirmed;
+    return false;
+}
+
+/* Whether a majority of every partition's voters stopped the table. */
+static bool fence_holds(const drop_fence *f)
+{
+    for (size_t i = 0; i < f->n_parts; i++) {
+        const fence_part *fp = &f->parts[i];
+        uint32_t n = 0;
+        for (uint32_t k = 0; k < fp->n_voters; k++)
+            n += fence_confirmed(f, fp->voters[k]);
+        if (2 * n <= fp->n_voters)
+            return false;
+    }
+    return true;
+}
+
+static void on_fence_answer(void *ctx, int status, const strata_err *err, const uint8_t *data,
+                            size_t len)
+{
+    fence_question *q = ctx;
+    drop_fence *f = q->f;
+    fence_node *fn = &f->nodes[q->node];
+    free(q);
+    f->asking--;
+    fn->asking = false;
+    if (status == 0 && len >= 1 && data[0] == 1)
+        fn->confirmed = true;
+    else if (status < 0 && err != NULL && err->code == ERR_UNKNOWN_OPERATION)
+        fn->confirmed = true; /* a node of an older version, which cannot tell: as before */
+    else if (status < 0)
+        fn->retry_at = now_ms(f->c) + TICK_MS; /* not at once: it may fail at once again */
+    if (f->owner == NULL) {
+        if (f->asking == 0)
+            fence_free(f);
+        return;
+    }
+    kick(f->c); /* finish_meta_waiters looks again (an answer of 0 is asked again there) */
+}
+
+/* Asks every node that has not confirmed yet and is not being asked. This node answers
+ * for itself: reconcile stopped its replicas of a dropped table just before. */
+static void fence_ask(drop_fence *f, uint64_t index)
+{
+    rcluster *c = f->c;
+    buf msg;
+    buf_init(&msg, 0);
+    buf_put_varint(&msg, index);
+    buf_put_u32be(&msg, f->table_id);
+    for (size_t i = 0; i < f->n_nodes; i++) {
+        fence_node *fn = &f->nodes[i];
+        if (fn->confirmed || fn->asking || now_ms(c) < fn->retry_at)
+            continue;
+        if (fn->id == c->self) {
+            fn->confirmed = c->meta_index >= index && !runs_table(c, f->table_id);
+            continue;
+        }
+        if (!node_usable(c, fn->id))
+            continue; /* asked again on a later pass */
+        fence_question *q = malloc(sizeof *q);
+        if (q == NULL || msg.failed) {
+            free(q);
+            break;
+        }
+        *q = (fence_question){f, i};
+        strata_err err;
+        if (rpc_call(c->rpc, fn->id, MSG_DROP_CHECK, msg.data, msg.len, DROP_CHECK_MS + 1000,
+                     on_fence_answer, q, &err) < 0) {
+            free(q);
+            continue;
+        }
+        fn->asking = true;
+        f->asking++;
+    }
+    buf_free(&msg);
+}
+
+static void respond_retry(rpc_responder *resp, uint64_t leader, const char *why);
+
+/* A MSG_DROP_CHECK question held until this node can answer it. */
+typedef struct drop_check {
+    rpc_responder *resp;
+    uint64_t index;
+    uint32_t table_id;
+    uint64_t deadline;
+    struct drop_check *next;
+} drop_check;
+
+static void serve_drop_check(rcluster *c, const uint8_t *data, size_t len, rpc_responder *resp)
+{
+    rd r;
+    rd_init(&r, data, len);
+    uint64_t index = rd_varint(&r);
+    uint32_t table_id = rd_u32be(&r);
+    if (r.failed) {
+        rpc_respond_error(resp, ERR_VALIDATION, "malformed drop check");
+        return;
+    }
+    drop_check *d = c->n_drop_checks < DROP_CHECKS_MAX ? malloc(sizeof *d) : NULL;
+    if (d == NULL) {
+        uint8_t not_yet = 0;
+        rpc_respond(resp, &not_yet, 1, NULL);
+        return;
+    }
+    c->n_drop_checks++;
+    *d = (drop_check){.resp = resp,
+                      .index = index,
+                      .table_id = table_id,
+                      .deadline = now_ms(c) + DROP_CHECK_MS,
+                      .next = c->drop_checks};
+    c->drop_checks = d;
+    if (!c->voter && c->meta_index < index && !c->fetch_in_flight)
+        fetch_meta(c);
+    kick(c); /* answered from reconcile, after its replicas followed the map */
+}
+
+/* Answers the questions this node can answer now (or whose time is up); a node outside
+ * the meta group that lags fetches the map. Runs from reconcile. */
+static void finish_drop_checks(rcluster *c)
+{
+    bool lagging = false;
+    for (drop_check **pp = &c->drop_checks; *pp != NULL;) {
+        drop_check *d = *pp;
+        bool reached = c->meta_index >= d->index;
+        bool done = reached && !runs_table(c, d->table_id);
+        if (!done && now_ms(c) < d->deadline) {
+            lagging |= !reached;
+            pp = &d->next;
+            continue;
+        }
+        *pp = d->next;
+        c->n_drop_checks--;
+        uint8_t answer = done;
+        rpc_respond(d->resp, &answer, 1, NULL);
+        free(d);
+    }
+    if (lagging && !c->voter && !c->fetch_in_flight)
+        fetch_meta(c);
+}
+
+/* The endpoint is closing: every question still held is answered (the asker retries). */
+static void drop_checks_abandon(rcluster *c)
+{
+    while (c->drop_checks != NULL) {
+        drop_check *d = c->drop_checks;
+        c->drop_checks = d->next;
+        c->n_drop_checks--;
+        respond_retry(d->resp, 0, "shutting down");
+        free(d);
+    }
+}
+
 static int propose_meta(rcluster *c, const meta_cmd *cmd, router_cb cb, void *ctx, strata_err *err)
 {
     buf b;
@@ -1767,6 +2059,8 @@ static int propose_meta(rcluster *c, const meta_cmd *cmd, router_cb cb, void *ct
         return strata_err_set(err, ERR_NOMEM, "out of memory");
     o->wcb = cb;
     o->ctx = ctx;
+    if (cmd->kind == META_CMD_TABLE_DROP && (o->fence = fence_new(c, cmd->table_id)) != NULL)
+        o->fence->owner = o;
     op_start(o);
     return 0;
 }
@@ -4165,6 +4459,9 @@ static void on_request(void *ctx, uint64_t peer, uint32_t type, const uint8_t *d
     case MSG_META_SYNC:
         serve_meta_sync(c, resp);
         return;
+    case MSG_DROP_CHECK:
+        serve_drop_check(c, data, len, resp);
+        return;
     case MSG_PART_WRITE:
         serve_write(c, data, len, resp);
         return;
@@ -5301,6 +5598,7 @@ static void reconcile(rcluster *c)
         }
     finish_meta_waiters(c);
     finish_catalog_syncs(c);
+    finish_drop_checks(c);
 }
 
 static void on_kick(uv_timer_t *t)
@@ -6360,6 +6658,7 @@ void rcluster_close(rcluster *c)
     uv_timer_stop(&c->kick);
     uv_timer_stop(&c->retry);
     fail_parked_ops(c);
+    drop_checks_abandon(c);
     if (c->host != NULL)
         raft_wal_storage_detach(&c->rws);
     if (c->log != NULL) {

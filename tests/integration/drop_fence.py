@@ -1,0 +1,230 @@
+#!/usr/bin/python3
+"""A table deleted and created again loses no write acknowledged after the delete.
+
+Usage: drop_fence.py STRATAD
+Five nodes: 1-3 (az1..az3) form the meta group, 4 (az1) and 5 (az2) join outside it, so
+their copies of the cluster map follow the meta group by fetching it (every 500 ms).
+Partitions of a table whose replicas are nodes 3, 4 and 5 have a majority of lagging
+replicas. Each round:
+ 1. DeleteTable through node 1, then CreateTable of the same name and key through node 1.
+ 2. At once, WRITERS threads put PUTS items each through nodes 4 and 5, all starting
+    together: their copies of the map still lag by some 350 ms, and route the puts to the
+    dropped table's partitions. (A put that meets a stopped replica there waits; all
+    starting together, those routed to partitions led by node 4 or 5 go at once.)
+ 3. Every acknowledged put must read back strongly through node 1.
+Without the fence (DeleteTable answered before a majority of each partition's voters
+stopped it, cluster/router_cluster.c "Fencing a dropped table"), writes led by node 4 or 5
+went to the old partition, were acknowledged and vanished with it.
+Then with replicas down: node 5 killed, DeleteTable still answers at once (nodes 3 and 4
+are a majority of every partition). With node 4 killed too, partitions of nodes 3, 4 and 5
+cannot confirm: DeleteTable answers 503 (ServiceUnavailable) once its 8 s budget is spent,
+and the table is gone all the same.
+Every wait polls a condition with a deadline.
+"""
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+import boto3
+import botocore.config
+
+TABLE = "fenced"
+ROUNDS = 6
+WRITERS = 32
+PUTS = 2
+DEADLINE_S = 60
+
+
+def log(*a):
+    print(*a, flush=True)
+
+
+def poll(cond, what, deadline_s=DEADLINE_S, interval=0.05):
+    end = time.time() + deadline_s
+    while time.time() < end:
+        v = cond()
+        if v:
+            return v
+        time.sleep(interval)
+    raise AssertionError("timed out waiting for: " + what)
+
+
+def free_ports(n):
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def admin(cport):
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%d/admin/cluster" % cport, timeout=5) as r:
+            return json.load(r)
+    except (OSError, ValueError):
+        return None
+
+
+def client(cport):
+    # No retries: an error is counted, never turned into a second write.
+    return boto3.client("dynamodb", endpoint_url="http://127.0.0.1:%d" % cport,
+                        region_name="us-east-1", aws_access_key_id="x",
+                        aws_secret_access_key="x",
+                        config=botocore.config.Config(retries={"total_max_attempts": 1},
+                                                      max_pool_connections=WRITERS))
+
+
+def create(c):
+    c.create_table(TableName=TABLE, BillingMode="PAY_PER_REQUEST",
+                   AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+                   KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}])
+
+
+def active(c):
+    try:
+        return c.describe_table(TableName=TABLE)["Table"]["TableStatus"] == "ACTIVE"
+    except c.exceptions.ResourceNotFoundException:
+        return False
+
+
+def lagging_majorities(cport):
+    """Partitions of TABLE whose members include nodes 4 and 5 (as node `cport` sees them)."""
+    a = admin(cport) or {}
+    return [p["id"] for p in a.get("partitions", [])
+            if p.get("table") == TABLE and {4, 5} <= set(p.get("members", []))]
+
+
+def main():
+    stratad = os.path.abspath(sys.argv[1])
+    work = tempfile.mkdtemp(prefix="strata-fence-")
+    ports = free_ports(10)
+    cports, pports = ports[0::2], ports[1::2]
+    azs = ["az1", "az2", "az3", "az1", "az2"]
+    procs = []
+    ok = False
+    try:
+        for i in range(5):
+            cmd = [stratad, "--node-id", str(i + 1), "--az", azs[i], "--host-label",
+                   "h%d" % (i + 1), "--listen", "127.0.0.1:%d" % cports[i], "--peer-listen",
+                   "127.0.0.1:%d" % pports[i], "--data-dir", os.path.join(work, "d%d" % i),
+                   "--initial-partitions", "8", "--throttle", "false"]
+            cmd += (["--bootstrap", "--bootstrap-expect", "3"] if i == 0
+                    else ["--join", "127.0.0.1:%d" % pports[0]])
+            f = open(os.path.join(work, "n%d.log" % (i + 1)), "w")
+            procs.append(subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT,
+                                          stdin=subprocess.DEVNULL))
+        poll(lambda: all((admin(p) or {}).get("ready") for p in cports), "5 nodes ready")
+        src = client(cports[0])
+        lag = [client(cports[3]), client(cports[4])]
+        create(src)
+        poll(lambda: active(src), "table ACTIVE")
+        parts = poll(lambda: lagging_majorities(cports[3]),
+                     "a partition with replicas on nodes 4 and 5")
+        log("partitions with a majority outside the meta group: %s" % parts)
+
+        acked, errors, lost, lock = [], [], [], threading.Lock()
+
+        def writer(w, r, go):
+            c = lag[w % 2]
+            go.wait()
+            for i in range(PUTS):
+                k = "r%d-w%d-%d" % (r, w, i)
+                try:
+                    c.put_item(TableName=TABLE, Item={"pk": {"S": k}})
+                    with lock:
+                        acked.append(k)
+                except Exception as e:  # refused or unknown: not acknowledged, not checked
+                    with lock:
+                        errors.append(type(e).__name__)
+
+        delete_s = []
+        for r in range(ROUNDS):
+            # Both lagging nodes know the table before it goes (DescribeTable syncs them).
+            for c in lag:
+                poll(lambda: active(c), "table ACTIVE through nodes 4 and 5")
+            first = len(acked)
+            t0 = time.time()
+            src.delete_table(TableName=TABLE)
+            delete_s.append(time.time() - t0)
+            go = threading.Event()
+            ts = [threading.Thread(target=writer, args=(w, r, go)) for w in range(WRITERS)]
+            for t in ts:
+                t.start()
+            create(src)
+            go.set()
+            for t in ts:
+                t.join()
+            poll(lambda: active(src), "table ACTIVE again")
+            for k in acked[first:]:
+                got = src.get_item(TableName=TABLE, Key={"pk": {"S": k}}, ConsistentRead=True)
+                if "Item" not in got:
+                    lost.append(k)
+            log("round %d: %d puts acknowledged through nodes 4 and 5, %d lost so far"
+                % (r, len(acked) - first, len(lost)))
+        assert not lost, "%d of %d acknowledged writes lost, e.g. %s" % (len(lost), len(acked),
+                                                                         lost[:5])
+        assert len(acked) >= ROUNDS * WRITERS, "too few writes acknowledged: %d" % len(acked)
+        delete_s.sort()
+        log("drop fence: %d rounds, %d puts acknowledged, 0 lost, %d refused (%s); DeleteTable "
+            "p50 %.1f ms, max %.1f ms" % (ROUNDS, len(acked), len(errors),
+                                          ", ".join(sorted(set(errors))) or "none",
+                                          1000 * delete_s[len(delete_s) // 2],
+                                          1000 * delete_s[-1]))
+
+        # Replicas down. Node 5 killed: nodes 3 and 4 confirm for the partitions on 3, 4, 5.
+        for c in lag:
+            poll(lambda: active(c), "table ACTIVE through nodes 4 and 5")
+        procs[4].kill()
+        procs[4].wait()
+        t0 = time.time()
+        src.delete_table(TableName=TABLE)
+        one_down_s = time.time() - t0
+        assert one_down_s < 5, "DeleteTable took %.1f s with one node down" % one_down_s
+        create(src)
+        poll(lambda: active(src), "table ACTIVE after node 5 was killed")
+        procs[3].kill()
+        procs[3].wait()
+        t0 = time.time()
+        try:
+            src.delete_table(TableName=TABLE)
+            raise AssertionError("DeleteTable answered with two of three replicas down")
+        except botocore.exceptions.ClientError as e:
+            code = e.response["Error"]["Code"]
+            status = e.response["ResponseMetadata"]["HTTPStatusCode"]
+            assert (code, status) == ("ServiceUnavailable", 503), (code, status)
+        two_down_s = time.time() - t0
+        try:
+            src.describe_table(TableName=TABLE)
+            raise AssertionError("the table outlived a DeleteTable answered 503")
+        except src.exceptions.ResourceNotFoundException:
+            pass
+        log("replicas down: DeleteTable in %.2f s with node 5 down; with nodes 4 and 5 down, "
+            "503 after %.1f s and the table gone" % (one_down_s, two_down_s))
+        ok = True
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        if ok:
+            shutil.rmtree(work, ignore_errors=True)
+        else:
+            log("logs kept in " + work)
+    log("PASS")
+
+
+if __name__ == "__main__":
+    main()
