@@ -106,6 +106,7 @@ enum {
 #define TICK_MS              100
 #define META_FETCH_MS        500
 #define CATALOG_SYNC_MS      2000 /* a catalog sync gives up (the caller goes on) after this */
+#define SILENT_MEMBER_MS     5000 /* a meta member that did not answer is asked last this long */
 #define DROP_CHECK_MS                                                                              \
     2000                          /* a node asked whether it stopped a dropped table answers       \
                                    * within this */
@@ -341,6 +342,7 @@ struct op {
     bool waiting;    /* OP_META: committed, waiting for the local map to hold it */
     bool refused;    /* OP_META: ...and the change was refused (ERR_BUSY), not made */
     uint64_t wait_index;
+    uint64_t asked;    /* OP_META: the node the attempt in flight went to */
     drop_fence *fence; /* OP_META dropping a table: the replicas that must stop first */
     router_cb wcb; /* OP_WRITE, OP_META */
     router_read_cb rcb;
@@ -411,6 +413,7 @@ struct rcluster {
     uint64_t meta_index;       /* last meta command reflected in `meta` */
     uint64_t meta_leader_hint; /* for nodes outside the meta group */
     bool fetch_in_flight;
+    uint64_t fetch_target; /* the node the fetch in flight asked */
     uint64_t last_fetch;
     bool register_in_flight;
     catalog *cat;
@@ -424,6 +427,8 @@ struct rcluster {
     bool sync_in_flight;
     unsigned sync_asks;   /* redirections followed by the round in flight */
     uint64_t sync_target; /* the node the round in flight asked */
+    uint64_t silent_member; /* a meta member that did not answer lately (pick_member) */
+    uint64_t silent_until;
 
     meta_node joiners[MAX_META_VOTERS];
     size_t n_joiners;
@@ -1450,6 +1455,29 @@ static void read_attempt(op *o)
 
 /* ------------------------------------------------------------------ meta changes */
 
+/* `node`, taken for the meta leader, did not answer (hung, or cut off while its connection
+ * stays up): the next questions go to another member, which answers or names the leader,
+ * instead of to the same silent node again. */
+static void forget_silent_leader(rcluster *c, uint64_t node)
+{
+    if (c->meta_leader_hint == node)
+        c->meta_leader_hint = 0;
+    c->silent_member = node;
+    c->silent_until = now_ms(c) + SILENT_MEMBER_MS;
+}
+
+/* A meta member to ask when the leader is not known: the one at `turn` (modulo their
+ * count), or the next one when that one stayed silent lately. */
+static uint64_t pick_member(const rcluster *c, uint64_t turn)
+{
+    if (c->n_members == 0)
+        return 0;
+    uint64_t id = c->members[turn % c->n_members].id;
+    if (id == c->silent_member && now_ms(c) < c->silent_until && c->n_members > 1)
+        id = c->members[(turn + 1) % c->n_members].id;
+    return id;
+}
+
 static uint64_t meta_leader(const rcluster *c)
 {
     if (c->voter) {
@@ -1516,6 +1544,7 @@ static void on_remote_meta(void *ctx, int status, const strata_err *err, const u
             op_retry(o, (uint64_t)h);
             return;
         }
+        forget_silent_leader(o->c, o->asked);
         op_fail_code(o, ERR_UNAVAILABLE,
                      "The cluster map's leader did not answer; the change may or may not have "
                      "been made");
@@ -1558,6 +1587,7 @@ static void meta_attempt(op *o)
         o->in_flight = true;
         return;
     }
+    o->asked = target;
     if (rpc_call(c->rpc, target, MSG_META_PROPOSE, o->data, o->len, ATTEMPT_DEADLINE_MS,
                  on_remote_meta, o, &err) < 0) {
         op_retry(o, 0);
@@ -1727,6 +1757,8 @@ static void on_sync_answer(void *ctx, int status, const strata_err *err, const u
             c->meta_leader_hint = (uint64_t)h;
             if (++c->sync_asks <= 2 && sync_ask(c, (uint64_t)h))
                 return;
+        } else {
+            forget_silent_leader(c, c->sync_target);
         }
     }
     sync_round_done(c, index);
@@ -1756,7 +1788,7 @@ static void sync_start_round(rcluster *c)
     c->sync_asks = 0;
     uint64_t target = meta_leader(c);
     if (target == 0 && c->n_members > 0) /* not known here: a member will name it */
-        target = c->members[now_ms(c) % c->n_members].id;
+        target = pick_member(c, now_ms(c));
     if (!sync_ask(c, target))
         sync_round_done(c, 0);
 }
@@ -4036,6 +4068,26 @@ static bool schedule_replicas_load(rcluster *c)
     return rload_continue(c);
 }
 
+/* A learner on a node that is no longer ACTIVE (drained, or marked DOWN, after the learner
+ * was added) can never be promoted (PROMOTE takes ACTIVE nodes only), and no other move
+ * starts on a partition with a learner: the move is abandoned (the learner removed), else
+ * the partition would keep it for ever and a drain would never end. */
+static bool abandon_move(rcluster *c, const meta_partition *mp, uint64_t learner)
+{
+    const meta_node *nd = meta_node_find(c->meta, learner);
+    if (nd != NULL && nd->state == META_NODE_ACTIVE)
+        return false;
+    fprintf(stderr,
+            "stratad: partition %" PRIu64 ": node %" PRIu64 " is %s: the move to it is abandoned\n",
+            mp->id, learner, nd != NULL ? meta_node_state_name(nd->state) : "unknown");
+    meta_cmd cmd = {.kind = META_CMD_REMOVE_REPLICA,
+                    .partition_id = mp->id,
+                    .epoch = mp->epoch,
+                    .node_id = learner};
+    sched_propose(c, &cmd);
+    return true;
+}
+
 /* One step of the meta leader's scheduler, one meta command (or probe) at a time: node
  * liveness, then leader hints off nodes that cannot lead (before their replicas move, so
  * a draining node hands its leaderships over), then moves in progress (promote a
@@ -4061,10 +4113,14 @@ static void schedule(rcluster *c)
         return;
     for (size_t i = 0; i < meta_partition_count(c->meta); i++) {
         const meta_partition *mp = meta_partition_at(c->meta, i);
-        for (uint32_t k = 0; k < mp->n_members; k++)
-            if (mp->members[k].role == META_LEARNER && node_usable(c, mp->members[k].node) &&
-                probe_learner(c, mp, mp->members[k].node))
+        for (uint32_t k = 0; k < mp->n_members; k++) {
+            if (mp->members[k].role != META_LEARNER)
+                continue;
+            if (abandon_move(c, mp, mp->members[k].node))
                 return;
+            if (node_usable(c, mp->members[k].node) && probe_learner(c, mp, mp->members[k].node))
+                return;
+        }
         if (meta_partition_voters(mp) > META_REPLICAS &&
             mp->n_members == meta_partition_voters(mp)) {
             uint64_t victim = placement_removal(
@@ -4646,6 +4702,8 @@ static void on_fetched(void *ctx, int status, const strata_err *err, const uint8
         int64_t h = retry_hint(err);
         if (h > 0)
             c->meta_leader_hint = (uint64_t)h;
+        else
+            forget_silent_leader(c, c->fetch_target);
         return;
     }
     if (c->closing)
@@ -4675,8 +4733,9 @@ static void fetch_meta(rcluster *c)
         return;
     uint64_t target = c->meta_leader_hint;
     if (target == 0 || !node_usable(c, target))
-        target = c->members[(c->last_fetch / META_FETCH_MS) % c->n_members].id;
+        target = pick_member(c, c->last_fetch / META_FETCH_MS);
     c->last_fetch = now_ms(c);
+    c->fetch_target = target;
     strata_err err;
     if (rpc_call(c->rpc, target, MSG_META_FETCH, NULL, 0, ATTEMPT_DEADLINE_MS, on_fetched, c,
                  &err) == 0)

@@ -15,6 +15,12 @@ replicas. Each round:
 Without the fence (DeleteTable answered before a majority of each partition's voters
 stopped it, cluster/router_cluster.c "Fencing a dropped table"), writes led by node 4 or 5
 went to the old partition, were acknowledged and vanished with it.
+With the meta leader frozen (SIGSTOP), a node asked about a table it does not know, or for
+ListTables, first asks the meta leader whether its copy of the map is current: it gets no
+answer, and answers from its copy after at most 2 s per node it asks (one ask, and at most
+two more when a node names another as leader: under 7 s), never hangs or errs otherwise;
+its later questions go to another member (at most one more wait, while the others elect a
+new meta leader), not to the silent one again.
 Then with replicas down: node 5 killed, DeleteTable still answers at once (nodes 3 and 4
 are a majority of every partition). With node 4 killed too, partitions of nodes 3, 4 and 5
 cannot confirm: DeleteTable answers 503 (ServiceUnavailable) once its 8 s budget is spent,
@@ -24,6 +30,7 @@ Every wait polls a condition with a deadline.
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -122,7 +129,11 @@ def main():
             f = open(os.path.join(work, "n%d.log" % (i + 1)), "w")
             procs.append(subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT,
                                           stdin=subprocess.DEVNULL))
+            if i == 2:  # the first three form the meta group; 4 and 5 join it later
+                poll(lambda: all((admin(p) or {}).get("ready") for p in cports[:3]),
+                     "3 nodes ready")
         poll(lambda: all((admin(p) or {}).get("ready") for p in cports), "5 nodes ready")
+        assert [admin(p)["meta_voter"] for p in cports] == [True] * 3 + [False] * 2
         src = client(cports[0])
         lag = [client(cports[3]), client(cports[4])]
         create(src)
@@ -179,6 +190,38 @@ def main():
                                           ", ".join(sorted(set(errors))) or "none",
                                           1000 * delete_s[len(delete_s) // 2],
                                           1000 * delete_s[-1]))
+
+        # The meta leader frozen: catalog syncs give up in bounded time.
+        leader = (admin(cports[0]) or {}).get("meta_leader")
+        assert leader in (1, 2, 3), "meta leader %r" % leader
+        os.kill(procs[leader - 1].pid, signal.SIGSTOP)
+        try:
+            for i in range(5):
+                if i + 1 == leader:
+                    continue
+                c = client(cports[i])
+                took = []
+                for _ in range(3):
+                    t0 = time.time()
+                    try:
+                        c.get_item(TableName="nosuch", Key={"pk": {"S": "k"}})
+                        raise AssertionError("GetItem of a table that does not exist answered")
+                    except c.exceptions.ResourceNotFoundException:
+                        pass
+                    took.append(time.time() - t0)
+                    t0 = time.time()
+                    names = c.list_tables()["TableNames"]
+                    took.append(time.time() - t0)
+                    assert names == [TABLE], names
+                # The silent leader costs one wait of 2 s, or two while the others elect a
+                # new one; then the node asks another member (forget_silent_leader).
+                assert all(t < 7 for t in took) and all(t < 1.9 for t in took[2:]), (i + 1, took)
+                log("meta leader (node %d) frozen: node %d answered 3 GetItem of a missing "
+                    "table and 3 ListTables in %s s" % (leader, i + 1,
+                                                         " ".join("%.2f" % t for t in took)))
+        finally:
+            os.kill(procs[leader - 1].pid, signal.SIGCONT)
+        poll(lambda: all((admin(p) or {}).get("ready") for p in cports), "5 nodes ready again")
 
         # Replicas down. Node 5 killed: nodes 3 and 4 confirm for the partitions on 3, 4, 5.
         for c in lag:

@@ -11,7 +11,9 @@ Usage: membership.py STRATAD STRATA
     replicas (each once the Raft configuration leaves it out, GET /admin/digests); while
     it does, GET /admin/cluster marks "lingering" exactly the local replicas whose
     partition no longer lists the node.
- 4. `strata node activate 1`: node 1 gets its share of replicas back (the engine of node 1
+ 4. `strata node activate 1` and, as soon as a move toward node 1 began, `strata node drain
+    1` again: the moves toward it are abandoned and the drain ends.
+    `strata node activate 1`: node 1 gets its share of replicas back (the engine of node 1
     flushes often, STRATA_MEMTABLE_BYTES, so its old replicas had durable indexes): the
     new replicas agree with the others (digests), then node 1 drains again.
     `strata node remove 1`: returns once node 1 runs no replica; node 1 is REMOVED; every
@@ -322,6 +324,20 @@ def main():
             % (time.time() - t0))
 
         leaders_even(nodes, [2, 3, 4], "after node 1 drained")
+        # Activated, and drained again as soon as the first move toward it began: a learner
+        # added on node 1 can no longer be promoted (only ACTIVE nodes take replicas), so
+        # the scheduler abandons that move (the learner removed) and the drain ends. It used
+        # to retry the promotion for ever, the partition kept its learner and the drain
+        # never ended.
+        log(strata(cli, nodes[1], "node", "activate", "1").strip())
+        poll(lambda: (replicas(nodes[1], 1)[0] or 0) > 0, "a move toward node 1 began", 60,
+             0.02)
+        log(strata(cli, nodes[1], "node", "drain", "1").strip())
+        poll(lambda: replicas(nodes[1], 1)[0] == 0, "node 1 drained with a move toward it begun")
+        poll(lambda: lingering(nodes[0]) == 0 and
+             (nodes[0].admin("/admin/digests") or {}).get("replicas") == [],
+             "node 1 drops the replicas it no longer holds in the map (again)")
+        log("activate then drain at once: the moves toward node 1 were abandoned")
         # Back again: the replicas it gets now must be copies of the current state, never
         # its old replicas' indexes over the data deleted when they left.
         t0 = time.time()
