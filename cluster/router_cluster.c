@@ -107,9 +107,7 @@ enum {
 #define META_FETCH_MS        500
 #define CATALOG_SYNC_MS      2000 /* a catalog sync gives up (the caller goes on) after this */
 #define SILENT_MEMBER_MS     5000 /* a meta member that did not answer is asked last this long */
-#define DROP_CHECK_MS                                                                              \
-    2000                          /* a node asked whether it stopped a dropped table answers       \
-                                   * within this */
+#define DROP_CHECK_MS        2000 /* a MSG_DROP_CHECK question is answered within this */
 #define DROP_CHECKS_MAX      1024 /* such questions held at once; more are answered "not yet" */
 #define STATS_PUSH_MS        2000 /* partition statistics to the other nodes */
 #define CAP_SHARE_SETTLE_MS  300  /* capacity shares: computed this long into each wall-clock
