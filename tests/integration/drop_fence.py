@@ -31,7 +31,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -41,6 +40,8 @@ import urllib.request
 
 import boto3
 import botocore.config
+
+import harness
 
 TABLE = "fenced"
 ROUNDS = 6
@@ -54,23 +55,7 @@ def log(*a):
 
 
 def poll(cond, what, deadline_s=DEADLINE_S, interval=0.05):
-    end = time.time() + deadline_s
-    while time.time() < end:
-        v = cond()
-        if v:
-            return v
-        time.sleep(interval)
-    raise AssertionError("timed out waiting for: " + what)
-
-
-def free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
+    return harness.poll(cond, what, deadline_s, interval)
 
 
 def admin(cport):
@@ -113,7 +98,7 @@ def lagging_majorities(cport):
 def main():
     stratad = os.path.abspath(sys.argv[1])
     work = tempfile.mkdtemp(prefix="strata-fence-")
-    ports = free_ports(10)
+    ports = harness.free_ports(10)
     cports, pports = ports[0::2], ports[1::2]
     azs = ["az1", "az2", "az3", "az1", "az2"]
     procs = []

@@ -31,7 +31,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -42,6 +41,8 @@ import urllib.request
 import boto3
 import botocore.config
 
+import harness
+
 TABLE = "moves"
 DEADLINE_S = 120
 
@@ -50,24 +51,8 @@ def log(*a):
     print(*a, flush=True)
 
 
-def free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 def poll(cond, what, deadline_s=DEADLINE_S, interval=0.2):
-    end = time.time() + deadline_s
-    while time.time() < end:
-        v = cond()
-        if v:
-            return v
-        time.sleep(interval)
-    raise AssertionError("timed out waiting for: " + what)
+    return harness.poll(cond, what, deadline_s, interval)
 
 
 class Node:
@@ -206,7 +191,7 @@ def leaders_even(nodes, ids, what):
 def main():
     stratad, cli = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
     work = tempfile.mkdtemp(prefix="strata-moves-")
-    ports = free_ports(10)
+    ports = harness.free_ports(10)
     azs = ["az1", "az2", "az3", "az1", "az1"]
     nodes = [Node(work, i + 1, azs[i], ports[2 * i], ports[2 * i + 1], ports[1])
              for i in range(5)]

@@ -35,7 +35,6 @@ import multiprocessing
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -47,6 +46,8 @@ import urllib.request
 import boto3
 import botocore.config
 
+import harness
+
 TABLE = "splits"
 DEADLINE_S = 120
 
@@ -55,24 +56,8 @@ def log(*a):
     print(*a, flush=True)
 
 
-def free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 def poll(cond, what, deadline_s=DEADLINE_S, interval=0.2):
-    end = time.time() + deadline_s
-    while time.time() < end:
-        v = cond()
-        if v:
-            return v
-        time.sleep(interval)
-    raise AssertionError("timed out waiting for: " + what)
+    return harness.poll(cond, what, deadline_s, interval)
 
 
 class Node:
@@ -429,7 +414,7 @@ def main():
     stratad = os.path.abspath(sys.argv[1])
     cli = os.path.abspath(sys.argv[2]) if len(sys.argv) > 2 else None
     work = tempfile.mkdtemp(prefix="strata-split-")
-    ports = free_ports(8)
+    ports = harness.free_ports(8)
     nodes = [Node(work, i + 1, "az%d" % (i % 3 + 1), ports[2 * i], ports[2 * i + 1], ports[1])
              for i in range(4)]
     fourth = nodes.pop()
