@@ -44,6 +44,7 @@ import botocore.awsrequest
 import botocore.credentials
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
 import split as S  # noqa: E402  (the cluster scaffolding of the split test)
 
 TABLE = "burst"
@@ -267,7 +268,7 @@ def run_cluster(args, prefix, initial, extra, body, azs=("az1", "az2", "az3")):
     directory is removed on success unless --keep. True when body returned and every
     node stopped cleanly."""
     work = tempfile.mkdtemp(prefix=prefix)
-    ports = S.free_ports(2 * len(azs))
+    ports = harness.free_ports(2 * len(azs))
     nodes = [S.Node(work, i + 1, az, ports[2 * i], ports[2 * i + 1], ports[1])
              for i, az in enumerate(azs)]
     NODES[:] = nodes

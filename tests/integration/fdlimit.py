@@ -25,6 +25,7 @@ import socket
 import sys
 import tempfile
 
+import harness
 import split as sp
 
 FLOOD = 1100
@@ -61,7 +62,7 @@ def main():
     if soft < want:
         raise SystemExit("fdlimit: needs %d descriptors, the hard limit is %d" % (want, hard))
     work = tempfile.mkdtemp(prefix="strata-fdlimit-")
-    ports = sp.free_ports(6)
+    ports = harness.free_ports(6)
     nodes = [sp.Node(work, i + 1, "az%d" % (i + 1), ports[2 * i], ports[2 * i + 1], ports[1])
              for i in range(3)]
     nodes[0].preexec = limit_files(1024, 1024)

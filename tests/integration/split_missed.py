@@ -37,6 +37,7 @@ import sys
 import tempfile
 import time
 
+import harness
 import split as sp
 
 HOOK = "STRATA_TEST_EXIT_ON_SPLIT"
@@ -133,7 +134,7 @@ def main():
     stratad = os.path.abspath(sys.argv[1])
     work = tempfile.mkdtemp(prefix="strata-split-missed-")
     os.environ["STRATA_MEMTABLE_BYTES"] = "262144"  # engines flush, logs compact early
-    ports = sp.free_ports(6)
+    ports = harness.free_ports(6)
     nodes = [sp.Node(work, i + 1, "az%d" % (i + 1), ports[2 * i], ports[2 * i + 1], ports[1])
              for i in range(3)]
     for n in nodes:
