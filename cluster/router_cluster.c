@@ -1989,6 +1989,7 @@ static void fence_ask(drop_fence *f, uint64_t index)
         }
         *q = (fence_question){f, i};
         strata_err err;
+        /* The node answers within DROP_CHECK_MS; the call's deadline leaves it a second. */
         if (rpc_call(c->rpc, fn->id, MSG_DROP_CHECK, msg.data, msg.len, DROP_CHECK_MS + 1000,
                      on_fence_answer, q, &err) < 0) {
             free(q);
@@ -2034,8 +2035,8 @@ static void serve_drop_check(rcluster *c, const uint8_t *data, size_t len, rpc_r
                       .deadline = now_ms(c) + DROP_CHECK_MS,
                       .next = c->drop_checks};
     c->drop_checks = d;
-    if (!c->voter && c->meta_index < index && !c->fetch_in_flight)
-        fetch_meta(c);
+    if (c->meta_index < index)
+        fetch_meta(c); /* outside the meta group: catch up now rather than at the next fetch */
     kick(c); /* answered from reconcile, after its replicas followed the map */
 }
 
@@ -2059,7 +2060,7 @@ static void finish_drop_checks(rcluster *c)
         rpc_respond(d->resp, &answer, 1, NULL);
         free(d);
     }
-    if (lagging && !c->voter && !c->fetch_in_flight)
+    if (lagging)
         fetch_meta(c);
 }
 
