@@ -255,7 +255,7 @@ int items_exprs_init(api_request *req, const json_t *obj, unsigned allowed, unsi
         x->values = arena_zalloc(req->arena, sizeof *x->values);
         if (x->values == NULL)
             return strata_err_set(err, ERR_NOMEM, "out of memory");
-        if (ddbjson_to_item(values, req->arena, x->values, err) < 0) {
+        if (ddbjson_to_values(values, req->arena, x->values, err) < 0) {
             if (err && err->code == ERR_VALIDATION)
                 values_error(req->arena, values, err);
             return -1;

@@ -20,6 +20,7 @@ typedef struct {
     strata_err *err;  /* the caller's: receives the final error */
     strata_err first; /* first validation error seen */
     bool invalid;     /* `first` is set */
+    bool placeholders; /* the top-level names are placeholders (":v"), checked elsewhere */
 } parser;
 
 #define MSG_EMPTY_AV                                                                               \
@@ -31,6 +32,9 @@ typedef struct {
 #define MSG_NULL_FALSE                                                                             \
     "One or more parameter values were invalid: Null attribute value types must have the "         \
     "value of true"
+/* Attribute names are at least one character long, at the top of an item and in every
+ * map inside a value (DynamoDB's naming rules). */
+#define MSG_EMPTY_NAME      "One or more parameter values were invalid: Empty attribute name"
 #define MSG_LIST_UNEXPECTED "Start of list found where not expected"
 #define MSG_MAP_UNEXPECTED  "Start of structure or map found where not expected."
 
@@ -200,6 +204,8 @@ static int parse_members(parser *p, const json_t *j, int depth, av *out)
         size_t name_len = json_object_iter_key_len(it);
         if (name_len > UINT32_MAX)
             return nomem(p);
+        if (name_len == 0 && !(depth == 0 && p->placeholders))
+            invalid(p, MSG_EMPTY_NAME);
         attrs[k].name = arena_memdup(p->a, name, name_len);
         if (attrs[k].name == NULL && name_len > 0)
             return nomem(p);
@@ -431,9 +437,9 @@ int ddbjson_to_value(const json_t *j, arena *a, av *out, strata_err *err)
     return finish(&p, parse_value(&p, j, 0, out));
 }
 
-int ddbjson_to_item(const json_t *j, arena *a, av *out, strata_err *err)
+static int to_map(const json_t *j, arena *a, bool placeholders, av *out, strata_err *err)
 {
-    parser p = {.a = a, .err = err, .invalid = false};
+    parser p = {.a = a, .err = err, .invalid = false, .placeholders = placeholders};
     int rc;
     if (json_is_array(j))
         rc = shape_error(&p, MSG_LIST_UNEXPECTED);
@@ -442,6 +448,16 @@ int ddbjson_to_item(const json_t *j, arena *a, av *out, strata_err *err)
     else
         rc = parse_members(&p, j, 0, out);
     return finish(&p, rc);
+}
+
+int ddbjson_to_item(const json_t *j, arena *a, av *out, strata_err *err)
+{
+    return to_map(j, a, false, out, err);
+}
+
+int ddbjson_to_values(const json_t *j, arena *a, av *out, strata_err *err)
+{
+    return to_map(j, a, true, out, err);
 }
 
 /* ---- output as jansson ---- */

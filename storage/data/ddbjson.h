@@ -31,8 +31,12 @@
 /* One AttributeValue object, e.g. {"S": "x"}. */
 int ddbjson_to_value(const json_t *j, arena *a, av *out, strata_err *err);
 /* An object of attribute name -> AttributeValue (an Item, a Key, ...), as an AV_M with
- * sorted names. */
+ * sorted names. Names are at least one character long, also in maps inside the values
+ * ("One or more parameter values were invalid: Empty attribute name"). */
 int ddbjson_to_item(const json_t *j, arena *a, av *out, strata_err *err);
+/* ddbjson_to_item for ExpressionAttributeValues: the top-level names are placeholders,
+ * which the expression layer checks with its own messages (an empty one included). */
+int ddbjson_to_values(const json_t *j, arena *a, av *out, strata_err *err);
 
 /* New references; NULL when out of memory (or if an S value or name is not valid UTF-8,
  * which validated input never produces). */

@@ -326,6 +326,23 @@ def test_attribute_value_errors(ddb, table):
         ddb.put_item(TableName=table, Item={"pk": S("v"), "x": {"BS": [b"a", b"a"]}})
 
 
+@pytest.mark.dynalite_differs("dynalite accepts an empty attribute name")
+def test_empty_attribute_name(ddb, table):
+    """Attribute names are at least one character long: at the top of an item and in a
+    map at any depth."""
+    for item in ({"pk": S("v"), "": S("x")},
+                 {"pk": S("v"), "m": {"M": {"a": {"L": [{"M": {"": N(1)}}]}}}}):
+        with ddb_error("ValidationException", match=r".*Empty attribute name"):
+            ddb.put_item(TableName=table, Item=item)
+    with ddb_error("ValidationException", match=r".*Empty attribute name"):
+        ddb.get_item(TableName=table, Key={"pk": S("v"), "": S("x")})
+    # Inside a value of ExpressionAttributeValues too (an empty placeholder is another
+    # error, test_expressions.py).
+    with ddb_error("ValidationException", match=r".*Empty attribute name.*"):
+        ddb.put_item(TableName=table, Item={"pk": S("v")}, ConditionExpression="a = :v",
+                     ExpressionAttributeValues={":v": {"M": {"": S("x")}}})
+
+
 def test_strings_may_hold_nul(ddb, table):
     """U+0000 is a character like any other in DynamoDB strings: in keys, values, sets,
     lists, expression values and legacy parameters, and it is part of the key."""

@@ -138,6 +138,7 @@ def test_create_table_key_schema_errors(ddb, name):
                                     {"AttributeName": "pk", "KeyType": "RANGE"}])
 
 
+@pytest.mark.dynalite_differs("dynalite does not know TableClass")
 def test_create_table_billing_and_class_errors(ddb, name):
     with ddb_error("ValidationException", "One or more parameter values were invalid: "
                    "ReadCapacityUnits and WriteCapacityUnits must both be specified when "

@@ -118,6 +118,10 @@ static inline void gen_map(gen_rng *r, arena *a, int depth, uint32_t width, av *
     for (uint32_t i = 0; i < n; i++) {
         uint32_t len;
         attrs[i].name = (const char *)gen_bytes(r, a, 6, true, &len);
+        if (len == 0) { /* attribute names are never empty (ddbjson refuses them) */
+            attrs[i].name = "e";
+            len = 1;
+        }
         attrs[i].name_len = len;
         gen_value(r, a, depth + 1, width, &attrs[i].value);
     }

@@ -219,6 +219,32 @@ static void validation_errors(void **state)
     item_err("{\"a\":{\"NULL\":false}}", VE,
              "One or more parameter values were invalid: Null attribute value types must have "
              "the value of true");
+    /* An empty attribute name, at the top or in a map at any depth. */
+    item_err("{\"\":{\"S\":\"x\"}}", VE,
+             "One or more parameter values were invalid: Empty attribute name");
+    item_err("{\"a\":{\"L\":[{\"M\":{\"\":{\"N\":\"1\"}}}]}}", VE,
+             "One or more parameter values were invalid: Empty attribute name");
+    /* ExpressionAttributeValues: the top-level names are placeholders, checked by the
+     * expression layer; maps inside the values follow the item's rule. */
+    {
+        arena a;
+        arena_init(&a, 0);
+        av m;
+        strata_err e;
+        json_t *j = load("{\"\":{\"S\":\"x\"}}");
+        assert_int_equal(ddbjson_to_values(j, &a, &m, &e), 0);
+        assert_int_equal(m.u.map.count, 1);
+        json_decref(j);
+        j = load("{\":v\":{\"M\":{\"\":{\"S\":\"x\"}}}}");
+        assert_int_equal(ddbjson_to_values(j, &a, &m, &e), -1);
+        assert_string_equal(e.msg,
+                            "One or more parameter values were invalid: Empty attribute name");
+        json_decref(j);
+        arena_free(&a);
+    }
+    /* ... but a shape error anywhere wins. */
+    item_err("{\"\":{\"S\":\"x\"},\"b\":{\"S\":1}}", SE,
+             "NUMBER_VALUE cannot be converted to String");
     /* The first validation error in document order is the one reported. */
     item_err("{\"a\":{\"L\":[{\"N\":\"bad\"},{\"SS\":[]}]}}", VE,
              "The parameter cannot be converted to a numeric value: bad");
