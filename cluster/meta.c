@@ -810,6 +810,7 @@ int meta_encode(const meta_cmd *c, buf *out, strata_err *err)
         put_str(out, n->az, al);
         put_str(out, n->host, hl);
         buf_put_u8(out, (uint8_t)n->state);
+        buf_put_u64be(out, n->incarnation);
         break;
     case META_CMD_NODE_ADDRESS:
         buf_put_varint(out, n->id);
@@ -924,6 +925,9 @@ static bool decode_body(rd *r, meta_cmd *c)
         if (!state_ok(st))
             return false;
         n->state = (meta_node_state)st;
+        /* Records written before the incarnation existed end here. */
+        if (rd_left(r) > 0)
+            n->incarnation = rd_u64be(r);
         return true;
     }
     case META_CMD_NODE_ADDRESS:
@@ -1083,6 +1087,10 @@ int meta_state_encode(const meta_state *s, buf *out, strata_err *err)
         buf_put_varint(out, p->leader_hint);
         put_members(out, p);
     }
+    /* The nodes' incarnations, after everything a state of an older version holds. */
+    buf_put_varint(out, s->n_nodes);
+    for (size_t i = 0; i < s->n_nodes; i++)
+        buf_put_u64be(out, s->nodes[i].incarnation);
     if (!out->failed)
         buf_put_u64be(out, XXH3_64bits(out->data + start, out->len - start));
     if (out->failed)
@@ -1159,6 +1167,19 @@ static int cmp_u64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* A state encoded before the incarnations existed ends before them: all 0 then. */
+static bool decode_incarnations(rd *r, meta_state *s)
+{
+    if (rd_left(r) == 0)
+        return true;
+    uint64_t n = rd_varint(r);
+    if (r->failed || n != s->n_nodes || n * 8 > rd_left(r))
+        return false;
+    for (size_t i = 0; i < n; i++)
+        s->nodes[i].incarnation = rd_u64be(r);
+    return !r->failed;
+}
+
 static bool decode_parts(rd *r, meta_state *s)
 {
     uint64_t n = rd_varint(r);
@@ -1216,8 +1237,8 @@ meta_state *meta_state_decode(const uint8_t *data, size_t len, strata_err *err)
     bool ok = rd_u8(&r) == META_RECORD_VERSION;
     s->next_table_id = rd_u32be(&r);
     s->next_partition_id = rd_u64be(&r);
-    ok = ok && decode_nodes(&r, s) && decode_tables(&r, s) && decode_parts(&r, s) && !r.failed &&
-         rd_left(&r) == 0;
+    ok = ok && decode_nodes(&r, s) && decode_tables(&r, s) && decode_parts(&r, s) &&
+         decode_incarnations(&r, s) && !r.failed && rd_left(&r) == 0;
     strata_err why;
     strata_err_clear(&why);
     if (!ok || meta_check(s, &why)) {

@@ -68,6 +68,12 @@ typedef struct {
     char host[META_LABEL_MAX + 1];
     meta_node_state state;
     uint64_t state_since_ms; /* now_ms of the command that set `state` */
+    /* Random, from the node's data directory (its identity file, made at the first
+     * start): a join under a registered id from another directory (an empty one: a
+     * replaced disk, or a second process given the same --node-id) is refused, since a
+     * replica that forgot what it acknowledged must not vote. 0: registered before the
+     * field existed (nothing to compare). */
+    uint64_t incarnation;
 } meta_node;
 
 typedef enum { META_VOTER = 1, META_LEARNER = 2 } meta_role;

@@ -719,6 +719,11 @@ bool router_storage_failed(const router *r, strata_err *why)
     return router_log_or_engine_failed(r->log, r->engine, why);
 }
 
+bool router_refused(const router *r, strata_err *why)
+{
+    return r->cl != NULL && rcluster_refused(r->cl, why);
+}
+
 size_t router_hand_off(router *r, size_t *handed)
 {
     if (r->cl != NULL)

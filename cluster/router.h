@@ -286,6 +286,14 @@ bool router_ready(const router *r);
  * node can no longer keep its replicas. `why` receives the first error. */
 bool router_storage_failed(const router *r, strata_err *why);
 
+/* True once the cluster refused this node's join for good: its --node-id is a member's,
+ * registered from another data directory (a replaced disk, or a second process given
+ * the same id), or a removed node's. The node must stop; `why` says what to do. The
+ * data directory's identity (node id, random incarnation) is kept in its file
+ * "node-identity", made at the first start; a directory started under another
+ * --node-id fails router_open. */
+bool router_refused(const router *r, strata_err *why);
+
 /* Graceful stop, before router_close (stratad on SIGTERM). In a cluster, hands the
  * leadership of every Raft group this node leads (its partitions, the meta group) to a
  * voter on another connected node, the most caught up, and from then on leader balancing

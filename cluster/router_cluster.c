@@ -63,6 +63,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -121,6 +122,7 @@ enum {
 #define HINT_SLOTS           4096 /* leader-hint cache (a cache: collisions overwrite) */
 #define RETRY_PREFIX         "retry:"
 #define CLUSTER_FILE         "cluster"
+#define IDENTITY_FILE         "node-identity"
 #define READ_ARENA_LIMIT     (64u << 20)
 #define SNAP_CHUNK_BYTES     (1u << 20)
 #define SNAP_SESSION_IDLE_MS 60000
@@ -404,6 +406,7 @@ struct rcluster {
 
     /* The cluster map. */
     bool formed; /* the meta voters are known */
+    strata_err refused; /* a join the cluster refused (join_refusal): the node must stop */
     member members[MAX_META_VOTERS];
     size_t n_members;
     bool voter;
@@ -783,24 +786,21 @@ static int members_parse(rcluster *c, const char *text, size_t len, strata_err *
     return 0;
 }
 
-/* DATA_DIR/cluster: "strata-cluster 1\nmembers LIST\nxxh3 HEX\n", written atomically. */
-static int cluster_file_write(rcluster *c, strata_err *err)
+/* Writes `data` as the file `name` of the data directory, replacing it atomically
+ * (a temporary file, fsync, rename, fsync of the directory). */
+static int write_file_durably(rcluster *c, const char *name, const buf *data, strata_err *err)
 {
-    buf b;
-    buf_init(&b, 0);
-    buf_printf(&b, "strata-cluster 1\nmembers ");
-    members_text(c, &b);
-    buf_printf(&b, "\n");
-    buf_printf(&b, "xxh3 %016" PRIx64 "\n", (uint64_t)XXH3_64bits(b.data, b.len));
-    char *path = router_path_join(c->data_dir, CLUSTER_FILE);
-    char *tmp = router_path_join(c->data_dir, CLUSTER_FILE ".tmp");
+    char tmp_name[64];
+    snprintf(tmp_name, sizeof tmp_name, "%s.tmp", name);
+    char *path = router_path_join(c->data_dir, name);
+    char *tmp = router_path_join(c->data_dir, tmp_name);
     int rc = -1;
-    int fd = tmp != NULL && path != NULL && !b.failed
+    int fd = tmp != NULL && path != NULL && !data->failed
                  ? open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644)
                  : -1;
     if (fd >= 0) {
-        ssize_t w = write(fd, b.data, b.len);
-        if (w == (ssize_t)b.len && fsync(fd) == 0 && close(fd) == 0) {
+        ssize_t w = write(fd, data->data, data->len);
+        if (w == (ssize_t)data->len && fsync(fd) == 0 && close(fd) == 0) {
             fd = -1;
             if (rename(tmp, path) == 0) {
                 int dfd = open(c->data_dir, O_RDONLY | O_DIRECTORY);
@@ -814,10 +814,22 @@ static int cluster_file_write(rcluster *c, strata_err *err)
             close(fd);
     }
     if (rc < 0)
-        strata_err_set(err, ERR_IO, "cannot write %s: %s", path ? path : CLUSTER_FILE,
-                       strerror(errno));
+        strata_err_set(err, ERR_IO, "cannot write %s: %s", path ? path : name, strerror(errno));
     free(path);
     free(tmp);
+    return rc;
+}
+
+/* DATA_DIR/cluster: "strata-cluster 1\nmembers LIST\nxxh3 HEX\n", written atomically. */
+static int cluster_file_write(rcluster *c, strata_err *err)
+{
+    buf b;
+    buf_init(&b, 0);
+    buf_printf(&b, "strata-cluster 1\nmembers ");
+    members_text(c, &b);
+    buf_printf(&b, "\n");
+    buf_printf(&b, "xxh3 %016" PRIx64 "\n", (uint64_t)XXH3_64bits(b.data, b.len));
+    int rc = write_file_durably(c, CLUSTER_FILE, &b, err);
     buf_free(&b);
     return rc;
 }
@@ -851,6 +863,76 @@ static int cluster_file_read(rcluster *c, strata_err *err)
         strata_err_set(err, ERR_CORRUPT, "%s is damaged (checksum or format)", path);
     else if (rc < 0 && err != NULL)
         strata_err_set(err, ERR_CORRUPT, "%s is damaged: %s", path, err->msg);
+    free(path);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ the node's identity */
+
+/*
+ * IDENTITY_FILE names the node a data directory belongs to and a random incarnation,
+ * made at the directory's first start before anything else is written:
+ *   strata-node 1 \n node <id> \n incarnation <16 hex> \n xxh3 <16 hex of the above> \n
+ * A directory started under another --node-id is refused. The incarnation goes with
+ * every join request and this node's registration, so that the cluster can refuse a
+ * join under a member's id from another directory (join_refusal).
+ */
+static int identity_parse(rcluster *c, const char *text, const char *path, strata_err *err)
+{
+    unsigned long long id, incarnation, sum;
+    int used = 0;
+    if (sscanf(text, "strata-node 1 node %llu incarnation %16llx %n", &id, &incarnation, &used) !=
+            2 ||
+        used == 0 || sscanf(text + used, "xxh3 %16llx", &sum) != 1 ||
+        sum != XXH3_64bits(text, (size_t)used))
+        return strata_err_set(err, ERR_CORRUPT, "%s is damaged (checksum or format)", path);
+    if (id != c->self)
+        return strata_err_set(err, ERR_VALIDATION,
+                              "the data directory %s belongs to node %llu, not to node %" PRIu64
+                              " (--node-id): start it as node %llu, or give node %" PRIu64
+                              " a directory of its own",
+                              c->data_dir, id, c->self, id, c->self);
+    c->me.incarnation = incarnation;
+    return 0;
+}
+
+static int identity_create(rcluster *c, strata_err *err)
+{
+    uint64_t incarnation = 0;
+    while (incarnation == 0)
+        if (getrandom(&incarnation, sizeof incarnation, 0) != (ssize_t)sizeof incarnation)
+            return strata_err_set(err, ERR_IO, "getrandom: %s", strerror(errno));
+    buf b;
+    buf_init(&b, 0);
+    buf_printf(&b, "strata-node 1\nnode %" PRIu64 "\nincarnation %016" PRIx64 "\n", c->self,
+               incarnation);
+    buf_printf(&b, "xxh3 %016" PRIx64 "\n", (uint64_t)XXH3_64bits(b.data, b.len));
+    int rc = write_file_durably(c, IDENTITY_FILE, &b, err);
+    buf_free(&b);
+    if (rc == 0)
+        c->me.incarnation = incarnation;
+    return rc;
+}
+
+/* Reads the data directory's identity, or makes it on the directory's first start. */
+static int identity_open(rcluster *c, strata_err *err)
+{
+    char *path = router_path_join(c->data_dir, IDENTITY_FILE);
+    if (path == NULL)
+        return strata_err_set(err, ERR_NOMEM, "out of memory");
+    int rc;
+    FILE *f = fopen(path, "r");
+    if (f != NULL) {
+        char text[256];
+        size_t n = fread(text, 1, sizeof text - 1, f);
+        fclose(f);
+        text[n] = '\0';
+        rc = identity_parse(c, text, path, err);
+    } else if (errno != ENOENT) {
+        rc = strata_err_set(err, ERR_IO, "cannot read %s: %s", path, strerror(errno));
+    } else {
+        rc = identity_create(c, err);
+    }
     free(path);
     return rc;
 }
@@ -4468,6 +4550,47 @@ static void maybe_form(rcluster *c)
     fprintf(stderr, "stratad: cluster formed with %zu meta voters\n", n);
 }
 
+/* The registration a join as node `id` would take the place of: this node's own, the
+ * map's, or a joiner's of the cluster being formed; NULL for a new id. */
+static const meta_node *known_node(const rcluster *c, uint64_t id)
+{
+    if (id == c->self)
+        return &c->me;
+    const meta_node *n = c->formed ? meta_node_find(c->meta, id) : NULL;
+    for (size_t i = 0; n == NULL && i < c->n_joiners; i++)
+        if (c->joiners[i].id == id)
+            n = &c->joiners[i];
+    return n;
+}
+
+/* Whether `n` may join: a registered id joins again only from the data directory it
+ * registered from (the same incarnation; a join retried after a lost answer is one).
+ * Another directory under a member's id (an empty one: a replaced disk; or a second
+ * process given the same --node-id) would hold replicas that forgot what they
+ * acknowledged, and a replica that votes without its log can elect a leader that lacks
+ * committed entries. A removed id is never used again. 0 when allowed, else -1 with
+ * the reason in `why`. */
+static int join_refusal(const rcluster *c, const meta_node *n, strata_err *why)
+{
+    const meta_node *known = known_node(c, n->id);
+    if (known != NULL && known->state == META_NODE_REMOVED)
+        return strata_err_set(why, ERR_RESOURCE_IN_USE,
+                              "node %" PRIu64 " was removed from the cluster, and a removed id "
+                              "is never used again: start this node with a new --node-id",
+                              n->id);
+    if (known == NULL || known->incarnation == 0 || n->incarnation == 0 ||
+        known->incarnation == n->incarnation)
+        return 0;
+    return strata_err_set(why, ERR_RESOURCE_IN_USE,
+                          "node %" PRIu64 " is a member of the cluster with another data "
+                          "directory: a node that lost its data, or a second process given the "
+                          "same --node-id, cannot take its place. Start this one with a new "
+                          "--node-id; the old node's replicas are re-created elsewhere once it "
+                          "is DOWN for --replace-after, then `strata node remove %" PRIu64
+                          "` retires it",
+                          n->id, n->id);
+}
+
 static void serve_join(rcluster *c, const uint8_t *data, size_t len, rpc_responder *resp)
 {
     meta_cmd cmd;
@@ -4476,11 +4599,15 @@ static void serve_join(rcluster *c, const uint8_t *data, size_t len, rpc_respond
         rpc_respond_error(resp, ERR_VALIDATION, "malformed join request");
         return;
     }
+    if (join_refusal(c, &cmd.node, &err) < 0) {
+        fprintf(stderr, "stratad: refused a join as node %" PRIu64 " from %s: %s\n", cmd.node.id,
+                cmd.node.peer_addr, err.msg);
+        meta_cmd_free(&cmd);
+        rpc_respond_error(resp, err.code, err.msg);
+        return;
+    }
     if (!c->formed && c->bootstrap) {
-        bool known = cmd.node.id == c->self;
-        for (size_t i = 0; i < c->n_joiners; i++)
-            known = known || c->joiners[i].id == cmd.node.id;
-        if (!known && c->n_joiners < MAX_META_VOTERS)
+        if (known_node(c, cmd.node.id) == NULL && c->n_joiners < MAX_META_VOTERS)
             c->joiners[c->n_joiners++] = cmd.node;
         maybe_form(c);
     }
@@ -4651,7 +4778,11 @@ static void on_join_answer(void *ctx, int status, const strata_err *err, const u
     join_slot *slot = ctx;
     rcluster *c = slot->c;
     slot->busy = false;
-    (void)err;
+    if (status < 0 && err != NULL && err->code == ERR_RESOURCE_IN_USE && !c->formed &&
+        c->refused.code == ERR_NONE) {
+        c->refused = *err; /* the node stops (rcluster_refused) */
+        return;
+    }
     if (status < 0 || len == 0 || c->closing || c->formed)
         return;
     strata_err e;
@@ -6310,6 +6441,15 @@ size_t rcluster_inflight(const rcluster *c)
     return c->n_ops;
 }
 
+bool rcluster_refused(const rcluster *c, strata_err *why)
+{
+    if (c->refused.code == ERR_NONE)
+        return false;
+    if (why != NULL)
+        *why = c->refused;
+    return true;
+}
+
 bool rcluster_storage_failed(const rcluster *c, strata_err *why)
 {
     return router_log_or_engine_failed(c->log, c->engine, why) ||
@@ -6504,7 +6644,7 @@ void rcluster_digests_json(rcluster *c, buf *out)
 
 static int open_storage(rcluster *c, strata_err *err)
 {
-    if (router_mkdir_p(c->data_dir, err) < 0)
+    if (router_mkdir_p(c->data_dir, err) < 0 || identity_open(c, err) < 0)
         return -1;
     char *lsm_dir = router_path_join(c->data_dir, "engine");
     char *wal_dir = router_path_join(c->data_dir, "log");

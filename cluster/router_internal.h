@@ -55,6 +55,7 @@ partition_stats rcluster_table_stats(const rcluster *c, uint32_t table_id);
 size_t rcluster_inflight(const rcluster *c);
 bool rcluster_ready(const rcluster *c);
 bool rcluster_storage_failed(const rcluster *c, strata_err *why);
+bool rcluster_refused(const rcluster *c, strata_err *why);
 size_t rcluster_hand_off(rcluster *c, size_t *handed);
 struct wal;
 /* Whether the node's log or engine (either may be NULL) has failed; the first error in why. */

@@ -212,6 +212,12 @@ static void on_storage_check(uv_timer_t *t)
     node *n = t->data;
     strata_err why;
     report_refusals(n);
+    if (router_refused(n->r, &why)) {
+        fprintf(stderr, "stratad: the cluster refused this node: %s\nstratad: stopping now\n",
+                why.msg);
+        fflush(stdout);
+        _exit(1);
+    }
     if (!router_storage_failed(n->r, &why))
         return;
     fprintf(stderr,

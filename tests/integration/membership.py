@@ -87,6 +87,21 @@ class Node:
             return None
 
 
+def removed_id_refused(stratad, work, seed):
+    """A new data directory under the removed node 1's id is refused: the process stops
+    with exit status 1 and says why (the id is never used again)."""
+    d = os.path.join(work, "n1-again")
+    cport, pport = harness.free_ports(2)
+    cmd = [stratad, "--node-id", "1", "--az", "az1", "--host-label", "h1", "--listen",
+           "127.0.0.1:%d" % cport, "--peer-listen", "127.0.0.1:%d" % pport, "--data-dir", d,
+           "--join", "127.0.0.1:%d" % seed.pport]
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       stdin=subprocess.DEVNULL, timeout=60)
+    assert p.returncode == 1 and "node 1 was removed from the cluster" in p.stdout, \
+        "a new node 1 after the removal: exit %d, %s" % (p.returncode, p.stdout[-500:])
+    log("remove: a new directory under node 1's id was refused (exit 1)")
+
+
 def client(url):
     return boto3.client("dynamodb", endpoint_url=url, region_name="us-east-1",
                         aws_access_key_id="x", aws_secret_access_key="x",
@@ -341,6 +356,7 @@ def main():
         assert "runs no replica and can be stopped" in out, out
         assert lingering(nodes[0]) == 0, "node 1 still runs replicas after node remove"
         poll(lambda: replicas(nodes[1], 1)[1] == "REMOVED", "node 1 REMOVED")
+        removed_id_refused(stratad, work, nodes[1])
         poll(lambda: digests_agree(nodes[1:4]), "replicas of every partition agree")
         status = strata(cli, nodes[1], "cluster", "status", "--all")
         log(status)

@@ -150,6 +150,7 @@ static void test_record_roundtrip(void **state)
         strcpy(cmds[k].node.host, "host-1");
         cmds[k].node.state = META_NODE_DRAINING;
     }
+    cmds[0].node.incarnation = 0x0123456789abcdefull;
     for (size_t k = 0; k < 10; k++) {
         buf b;
         buf_init(&b, 0);
@@ -177,6 +178,8 @@ static void test_record_roundtrip(void **state)
         }
         if (k == 0 || k == 2)
             assert_int_equal(d.node.state, META_NODE_DRAINING);
+        if (k == 0)
+            assert_int_equal(d.node.incarnation, 0x0123456789abcdefull);
         if (k == 3) {
             assert_int_equal(d.name_len, 3);
             assert_memory_equal(d.name, "tbl", 3);
@@ -757,6 +760,59 @@ static void test_determinism(void **state)
     meta_free(c);
 }
 
+/* `enc` (a record or a state: checksum last) without the `cut` bytes before its checksum,
+ * checksummed again: what a version before the last field wrote. */
+static void strip_before_checksum(buf *enc, size_t cut)
+{
+    size_t plen = enc->len - 8 - cut;
+    uint64_t sum = XXH3_64bits(enc->data, plen);
+    enc->len = plen;
+    buf_put_u64be(enc, sum);
+}
+
+/* A node's incarnation goes with its registration and the state; records and states
+ * written before it existed read as 0. */
+static void test_incarnation(void **state)
+{
+    (void)state;
+    meta_cmd c = {.kind = META_CMD_NODE_REGISTER, .now_ms = 5};
+    c.node.id = 7;
+    strcpy(c.node.client_addr, "a:1");
+    strcpy(c.node.peer_addr, "a:2");
+    strcpy(c.node.az, "az1");
+    strcpy(c.node.host, "h1");
+    c.node.state = META_NODE_ACTIVE;
+    c.node.incarnation = 99;
+    buf b;
+    buf_init(&b, 0);
+    strata_err err;
+    assert_int_equal(meta_encode(&c, &b, &err), 0);
+    meta_state *s = meta_new();
+    assert_int_equal(meta_apply(s, b.data, b.len, &err), 0);
+    assert_int_equal(meta_node_find(s, 7)->incarnation, 99);
+    strip_before_checksum(&b, 8);
+    meta_cmd d;
+    assert_int_equal(meta_decode(b.data, b.len, &d, &err), 0);
+    assert_int_equal(d.node.incarnation, 0);
+    assert_string_equal(d.node.host, "h1");
+    buf_free(&b);
+
+    buf_init(&b, 0);
+    assert_int_equal(meta_state_encode(s, &b, &err), 0);
+    meta_state *t = meta_state_decode(b.data, b.len, &err);
+    assert_non_null(t);
+    assert_int_equal(meta_node_find(t, 7)->incarnation, 99);
+    meta_free(t);
+    /* Without the section (a varint count of 1 and one u64). */
+    strip_before_checksum(&b, 9);
+    t = meta_state_decode(b.data, b.len, &err);
+    assert_non_null(t);
+    assert_int_equal(meta_node_find(t, 7)->incarnation, 0);
+    meta_free(t);
+    buf_free(&b);
+    meta_free(s);
+}
+
 static void test_snapshot(void **state)
 {
     (void)state;
@@ -845,6 +901,7 @@ int main(void)
         cmocka_unit_test(test_members_bound),
         cmocka_unit_test(test_determinism),
         cmocka_unit_test(test_snapshot),
+        cmocka_unit_test(test_incarnation),
         cmocka_unit_test(test_fsm_apply),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,113 @@
+#!/usr/bin/python3
+"""A member's id cannot be taken by another data directory.
+
+Usage: identity.py STRATAD
+A replica that lost its data but keeps its node id would vote in its Raft groups without
+what it acknowledged, and could elect a leader that lacks committed writes. Every data
+directory has an identity (node id and a random incarnation, file "node-identity", made at
+its first start); a node registers with its incarnation, and a join under a member's id
+from another directory is refused. Three stratad in cluster mode (cluster.py's Cluster), a
+table with items, then:
+ a) a second process given node 2's id, an empty directory and other ports, joining
+    through node 1: it stops with exit status 1 and says why; node 1 logs the refusal;
+    node 2 still serves (a write through it, read back strongly through node 1);
+ b) node 3 stops (SIGTERM) and starts again on an empty directory (a replaced disk): it
+    stops with exit status 1 and says why;
+ c) node 3's real directory started as node 4: refused at once ("belongs to node 3");
+ d) node 3 on its own directory again: it rejoins, catches up, and every item reads back
+    strongly through it.
+"""
+import os
+import shutil
+import subprocess
+import sys
+
+import cluster as C
+
+ITEMS = 50
+EXIT_DEADLINE_S = 60
+MEMBER_MSG = "is a member of the cluster with another data directory"
+
+
+def run_until_exit(cmd, log_path, what):
+    """Runs cmd, which must exit with status 1 within the deadline; returns its output."""
+    with open(log_path, "w") as logf:
+        p = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        try:
+            rc = p.wait(timeout=EXIT_DEADLINE_S)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+            raise C.Failure("%s still running after %d s" % (what, EXIT_DEADLINE_S))
+    with open(log_path, errors="replace") as f:
+        out = f.read()
+    C.check(rc == 1, "%s exited with %d (want 1): %s" % (what, rc, out[-500:]))
+    return out
+
+
+def put_items(c, prefix, n):
+    for i in range(n):
+        c.put_item(TableName=C.TABLE, Item={"pk": {"S": "%s%d" % (prefix, i)},
+                                            "v": {"S": "v%d" % i}})
+    return {"%s%d" % (prefix, i): "v%d" % i for i in range(n)}
+
+
+def part_a(cl, work, acked):
+    n1, n2 = cl.node(1), cl.node(2)
+    cport, pport = C.free_ports(2)
+    d = os.path.join(work, "impostor")
+    os.makedirs(d)
+    cmd = [cl.stratad, "--node-id", "2", "--az", "az2", "--host-label", "h9",
+           "--listen", "127.0.0.1:%d" % cport, "--peer-listen", "127.0.0.1:%d" % pport,
+           "--data-dir", d, "--join", "127.0.0.1:%d" % n1.pport]
+    out = run_until_exit(cmd, os.path.join(work, "impostor.log"), "a second node 2")
+    C.check(MEMBER_MSG in out and "the cluster refused this node" in out,
+            "the second node 2 says why it stops: %s" % out[-500:])
+    C.check("refused a join as node 2" in C.log_since_start(n1), "node 1 logs the refusal")
+    C.check(n2.alive() and (n2.admin() or {}).get("ready") is True, "node 2 still serves")
+    acked.update(put_items(C.client(n2.url, True), "a", 5))
+    C.read_back(cl, acked, [1])
+    C.log("a) ok: a second process as node 2 was refused and stopped; node 2 serves")
+
+
+def part_bcd(cl, work, acked):
+    n3 = cl.node(3)
+    check_stop = C.stop_all(cl, nodes=[n3])
+    C.check(not check_stop, "; ".join(check_stop))
+    data = os.path.join(n3.dir, "data")
+    saved = data + ".saved"
+    os.rename(data, saved)
+    os.makedirs(data)
+    out = run_until_exit(n3.command(), os.path.join(work, "wiped.log"), "node 3 on an empty directory")
+    C.check(MEMBER_MSG in out, "node 3 on an empty directory says why it stops: %s" % out[-500:])
+    C.log("b) ok: node 3 restarted on an empty directory was refused and stopped")
+
+    cmd = [a if a != data else saved for a in n3.command()]
+    cmd[cmd.index("--node-id") + 1] = "4"
+    out = run_until_exit(cmd, os.path.join(work, "wrongid.log"), "node 3's directory as node 4")
+    C.check("belongs to node 3, not to node 4" in out,
+            "node 3's directory refuses node 4: %s" % out[-500:])
+    C.log("c) ok: node 3's directory started as node 4 was refused")
+
+    shutil.rmtree(data)
+    os.rename(saved, data)
+    cl.start([n3])
+    C.poll(lambda: C.caught_up(cl, 3), C.CATCHUP_DEADLINE_S,
+           "node 3's replicas reach their leaders' commit_index", 0.2)
+    C.read_back(cl, acked, [3])
+    C.log("d) ok: node 3 on its own directory rejoined, caught up, %d items read back through it" %
+          len(acked))
+
+
+def main():
+    def body(cl):
+        cl.start()
+        C.create_table(C.client(cl.node(1).url, True), cl)
+        acked = put_items(C.client(cl.node(1).url, True), "k", ITEMS)
+        part_a(cl, cl.work, acked)
+        part_bcd(cl, cl.work, acked)
+    return C.run_on_cluster(sys.argv[1], "strata-identity-", body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
