@@ -290,8 +290,8 @@ bool router_storage_failed(const router *r, strata_err *why);
  * registered from another data directory (a replaced disk, or a second process given
  * the same id), or a removed node's. The node must stop; `why` says what to do. The
  * data directory's identity (node id, random incarnation) is kept in its file
- * "node-identity", made at the first start; a directory started under another
- * --node-id fails router_open. */
+ * "node-identity", made at the first start; a directory that joined a cluster fails
+ * router_open when started under another --node-id. */
 bool router_refused(const router *r, strata_err *why);
 
 /* Graceful stop, before router_close (stratad on SIGTERM). In a cluster, hands the

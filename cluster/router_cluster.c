@@ -873,10 +873,22 @@ static int cluster_file_read(rcluster *c, strata_err *err)
  * IDENTITY_FILE names the node a data directory belongs to and a random incarnation,
  * made at the directory's first start before anything else is written:
  *   strata-node 1 \n node <id> \n incarnation <16 hex> \n xxh3 <16 hex of the above> \n
- * A directory started under another --node-id is refused. The incarnation goes with
+ * A directory started under another --node-id is refused once it joined a cluster (it
+ * has a cluster file); before, it takes the new id. The incarnation goes with
  * every join request and this node's registration, so that the cluster can refuse a
  * join under a member's id from another directory (join_refusal).
  */
+static int identity_create(rcluster *c, strata_err *err);
+
+static bool file_exists(const rcluster *c, const char *name)
+{
+    char *path = router_path_join(c->data_dir, name);
+    struct stat st;
+    bool exists = path == NULL || stat(path, &st) == 0 || errno != ENOENT; /* on doubt: yes */
+    free(path);
+    return exists;
+}
+
 static int identity_parse(rcluster *c, const char *text, const char *path, strata_err *err)
 {
     unsigned long long id, incarnation, sum;
@@ -886,6 +898,14 @@ static int identity_parse(rcluster *c, const char *text, const char *path, strat
         used == 0 || sscanf(text + used, "xxh3 %16llx", &sum) != 1 ||
         sum != XXH3_64bits(text, (size_t)used))
         return strata_err_set(err, ERR_CORRUPT, "%s is damaged (checksum or format)", path);
+    if (id != c->self && !file_exists(c, CLUSTER_FILE)) {
+        /* It never joined a cluster (a refused join, say): nothing in it is node id's. */
+        fprintf(stderr,
+                "stratad: %s held the identity of node %llu, which never joined a cluster: it "
+                "is node %" PRIu64 "'s now\n",
+                c->data_dir, id, c->self);
+        return identity_create(c, err);
+    }
     if (id != c->self)
         return strata_err_set(err, ERR_VALIDATION,
                               "the data directory %s belongs to node %llu, not to node %" PRIu64

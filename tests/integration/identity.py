@@ -12,7 +12,8 @@ table with items, then:
     through node 1: it stops with exit status 1 and says why; node 1 logs the refusal;
     node 2 still serves (a write through it, read back strongly through node 1);
  b) node 3 stops (SIGTERM) and starts again on an empty directory (a replaced disk): it
-    stops with exit status 1 and says why;
+    stops with exit status 1 and says why; that directory, which never joined, then
+    starts under a new id (as the refusal advises);
  c) node 3's real directory started as node 4: refused at once ("belongs to node 3");
  d) node 3 on its own directory again: it rejoins, catches up, and every item reads back
     strongly through it.
@@ -80,7 +81,26 @@ def part_bcd(cl, work, acked):
     os.makedirs(data)
     out = run_until_exit(n3.command(), os.path.join(work, "wiped.log"), "node 3 on an empty directory")
     C.check(MEMBER_MSG in out, "node 3 on an empty directory says why it stops: %s" % out[-500:])
-    C.log("b) ok: node 3 restarted on an empty directory was refused and stopped")
+    # That directory never joined a cluster: it may serve another id (as the refusal
+    # advises), here one that asks a seed where nobody listens.
+    cmd = n3.command()
+    cmd[cmd.index("--node-id") + 1] = "5"
+    cmd[cmd.index("--join") + 1] = "127.0.0.1:%d" % C.free_ports(1)[0]
+    log_path = os.path.join(work, "renamed.log")
+    with open(log_path, "w") as logf:
+        p = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+    def renamed():
+        if p.poll() is not None:
+            raise C.Failure("the refused directory as node 5 exited with %d" % p.returncode)
+        with open(log_path, errors="replace") as f:
+            out = f.read()
+        return "it is node 5's now" in out and "serving on" in out
+    C.poll(renamed, C.START_DEADLINE_S, "the refused directory serves as node 5")
+    p.terminate()
+    p.wait(timeout=60)
+    C.log("b) ok: node 3 restarted on an empty directory was refused and stopped; that "
+          "directory then started as node 5")
 
     cmd = [a if a != data else saved for a in n3.command()]
     cmd[cmd.index("--node-id") + 1] = "4"
