@@ -6666,6 +6666,19 @@ static int open_storage(rcluster *c, strata_err *err)
 {
     if (router_mkdir_p(c->data_dir, err) < 0 || identity_open(c, err) < 0)
         return -1;
+    /* Both are made at the first start, before the node joins (the cluster file): a
+     * joined directory without one lost what its replicas acknowledged, and starting
+     * them again empty would let them vote without it. */
+    const char *missing = !file_exists(c, "engine") ? "engine"
+                          : !file_exists(c, "log")  ? "log"
+                                                    : NULL;
+    if (missing != NULL && file_exists(c, CLUSTER_FILE))
+        return strata_err_set(err, ERR_CORRUPT,
+                              "%s joined a cluster (it has a cluster file) but its %s directory "
+                              "is missing: what its replicas acknowledged is lost, and they must "
+                              "not vote again. Start this machine as a new node (a new "
+                              "--node-id, an empty directory)",
+                              c->data_dir, missing);
     char *lsm_dir = router_path_join(c->data_dir, "engine");
     char *wal_dir = router_path_join(c->data_dir, "log");
     int rc = lsm_dir && wal_dir ? 0 : strata_err_set(err, ERR_NOMEM, "out of memory");

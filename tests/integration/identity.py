@@ -15,6 +15,7 @@ table with items, then:
     stops with exit status 1 and says why; that directory, which never joined, then
     starts under a new id (as the refusal advises);
  c) node 3's real directory started as node 4: refused at once ("belongs to node 3");
+    without its log directory (kept aside): refused at once too;
  d) node 3 on its own directory again: it rejoins, catches up, and every item reads back
     strongly through it.
 """
@@ -111,6 +112,14 @@ def part_bcd(cl, work, acked):
 
     shutil.rmtree(data)
     os.rename(saved, data)
+    # Its log directory gone (kept aside): refused at start as well.
+    log_dir, log_saved = os.path.join(data, "log"), os.path.join(work, "n3-log.saved")
+    os.rename(log_dir, log_saved)
+    out = run_until_exit(n3.command(), os.path.join(work, "nolog.log"), "node 3 without its log")
+    C.check("but its log directory is missing" in out,
+            "node 3 without its log says why it stops: %s" % out[-500:])
+    os.rename(log_saved, log_dir)
+    C.log("c) ok: node 3 without its log directory was refused")
     cl.start([n3])
     C.poll(lambda: C.caught_up(cl, 3), C.CATCHUP_DEADLINE_S,
            "node 3's replicas reach their leaders' commit_index", 0.2)
