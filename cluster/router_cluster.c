@@ -4722,6 +4722,23 @@ static void early_deliver(rcluster *c, uint64_t group)
     held_deliver(&c->early, group, now_ms(c), deliver_early, &to);
 }
 
+/* A node that bootstraps a cluster hears no Raft message before it formed it (the
+ * joiners start their groups after it). One it does hear comes from an existing cluster
+ * that counts this node as a member: the directory that held its cluster file was lost or
+ * replaced, and the node must neither vote nor form a second, empty cluster out of the
+ * nodes that would join it. It stops (rcluster_refused). */
+static void lost_bootstrap(rcluster *c, uint64_t peer)
+{
+    if (c->refused.code != ERR_NONE)
+        return;
+    strata_err_set(&c->refused, ERR_RESOURCE_IN_USE,
+                   "node %" PRIu64 " sends Raft messages of an existing cluster that counts node "
+                   "%" PRIu64 " as a member, but %s has no cluster file: the directory was lost "
+                   "or replaced. Start this machine with a new --node-id and --join a member of "
+                   "that cluster (not --bootstrap)",
+                   peer, c->self, c->data_dir);
+}
+
 static void on_message(void *ctx, uint64_t peer, uint32_t type, const uint8_t *data, size_t len)
 {
     rcluster *c = ctx;
@@ -4747,6 +4764,10 @@ static void on_message(void *ctx, uint64_t peer, uint32_t type, const uint8_t *d
     }
     if (c->closing || type != MSG_RAFT || len < 8 || c->host == NULL)
         return;
+    if (!c->formed && c->bootstrap) {
+        lost_bootstrap(c, peer);
+        return;
+    }
     uint64_t group = 0;
     for (int i = 0; i < 8; i++)
         group = group << 8 | data[i];

@@ -17,7 +17,11 @@ table with items, then:
  c) node 3's real directory started as node 4: refused at once ("belongs to node 3");
     without its log directory (kept aside): refused at once too;
  d) node 3 on its own directory again: it rejoins, catches up, and every item reads back
-    strongly through it.
+    strongly through it;
+ e) node 1, which bootstrapped the cluster, restarted with the same command (--bootstrap)
+    on an empty directory: the others' Raft messages tell it that a cluster exists, and it
+    stops with exit status 1 instead of waiting to form a second one; on its own directory
+    again it catches up.
 """
 import os
 import shutil
@@ -128,6 +132,30 @@ def part_bcd(cl, work, acked):
           len(acked))
 
 
+def part_e(cl, work, acked):
+    """Node 1 bootstrapped the cluster; on an empty directory, with the same --bootstrap
+    command, it must not wait to form a second cluster: the others' Raft messages tell it
+    that one exists, and it stops."""
+    n1 = cl.node(1)
+    problems = C.stop_all(cl, nodes=[n1])
+    C.check(not problems, "; ".join(problems))
+    data = os.path.join(n1.dir, "data")
+    saved = data + ".saved"
+    os.rename(data, saved)
+    os.makedirs(data)
+    out = run_until_exit(n1.command(), os.path.join(work, "bootstrap.log"),
+                         "node 1 (--bootstrap) on an empty directory")
+    C.check("sends Raft messages of an existing cluster" in out,
+            "node 1 on an empty directory says why it stops: %s" % out[-500:])
+    shutil.rmtree(data)
+    os.rename(saved, data)
+    cl.start([n1])
+    C.poll(lambda: C.caught_up(cl, 1), C.CATCHUP_DEADLINE_S,
+           "node 1's replicas reach their leaders' commit_index", 0.2)
+    C.read_back(cl, acked, [1])
+    C.log("e) ok: node 1 (--bootstrap) on an empty directory stopped; on its own it caught up")
+
+
 def main():
     def body(cl):
         cl.start()
@@ -135,6 +163,7 @@ def main():
         acked = put_items(C.client(cl.node(1).url, True), "k", ITEMS)
         part_a(cl, cl.work, acked)
         part_bcd(cl, cl.work, acked)
+        part_e(cl, cl.work, acked)
     return C.run_on_cluster(sys.argv[1], "strata-identity-", body)
 
 
