@@ -468,8 +468,14 @@ static int check_new_part(const meta_state *s, const meta_cmd *c, size_t i, stra
         return strata_err_set(err, ERR_VALIDATION, "partition %llu must have exactly %d voters",
                               (unsigned long long)p->id, META_REPLICAS);
     for (uint32_t m = 0; m < p->n_members; m++)
-        if (need_active(s, p->members[m].node, err))
+        if (need_active(s, p->members[m].node, err)) {
+            /* The proposer placed the table on its copy of the map, where the node was
+             * still ACTIVE (marked DOWN or DRAINING since): it places it again once its
+             * copy holds this refusal (ERR_BUSY), rather than fail the CreateTable. */
+            if (err->code == ERR_VALIDATION)
+                err->code = ERR_BUSY;
             return -1;
+        }
     return meta_partition_check(s, p, err);
 }
 

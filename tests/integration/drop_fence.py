@@ -24,7 +24,9 @@ new meta leader), not to the silent one again.
 Then with replicas down: node 5 killed, DeleteTable still answers at once (nodes 3 and 4
 are a majority of every partition). With node 4 killed too, partitions of nodes 3, 4 and 5
 cannot confirm: DeleteTable answers 503 (ServiceUnavailable) once its 8 s budget is spent,
-and the table is gone all the same.
+and the table is gone all the same. Nodes 4 and 5, restarted after that drop (which they
+missed), start no replica of the dropped table, and the table made again takes writes
+through them.
 Every wait polls a condition with a deadline.
 """
 import json
@@ -101,7 +103,7 @@ def main():
     ports = harness.free_ports(10)
     cports, pports = ports[0::2], ports[1::2]
     azs = ["az1", "az2", "az3", "az1", "az2"]
-    procs = []
+    procs, cmds, logs = [], [], []
     ok = False
     try:
         for i in range(5):
@@ -111,8 +113,9 @@ def main():
                    "--initial-partitions", "8", "--throttle", "false"]
             cmd += (["--bootstrap", "--bootstrap-expect", "3"] if i == 0
                     else ["--join", "127.0.0.1:%d" % pports[0]])
-            f = open(os.path.join(work, "n%d.log" % (i + 1)), "w")
-            procs.append(subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT,
+            cmds.append(cmd)
+            logs.append(open(os.path.join(work, "n%d.log" % (i + 1)), "w"))
+            procs.append(subprocess.Popen(cmd, stdout=logs[i], stderr=subprocess.STDOUT,
                                           stdin=subprocess.DEVNULL))
             if i == 2:  # the first three form the meta group; 4 and 5 join it later
                 poll(lambda: all((admin(p) or {}).get("ready") for p in cports[:3]),
@@ -237,6 +240,38 @@ def main():
             pass
         log("replicas down: DeleteTable in %.2f s with node 5 down; with nodes 4 and 5 down, "
             "503 after %.1f s and the table gone" % (one_down_s, two_down_s))
+
+        # Nodes 4 and 5 restart after a drop they missed (down through it): they start no
+        # replica of the dropped table again, and the table made anew takes their writes.
+        for i in (3, 4):
+            procs[i] = subprocess.Popen(cmds[i], stdout=logs[i], stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL)
+        poll(lambda: all((admin(p) or {}).get("ready") for p in cports), "5 nodes ready after "
+             "nodes 4 and 5 restarted")
+        create(src)
+        for c in [src] + lag:
+            poll(lambda: active(c), "table ACTIVE through nodes 1, 4 and 5")
+        keys = ["restart-%d" % i for i in range(40)]
+        retrying = [boto3.client("dynamodb", endpoint_url="http://127.0.0.1:%d" % p,
+                                 region_name="us-east-1", aws_access_key_id="x",
+                                 aws_secret_access_key="x",
+                                 config=botocore.config.Config(
+                                     retries={"mode": "standard", "total_max_attempts": 10}))
+                    for p in cports[3:5]]
+        for i, k in enumerate(keys):  # (the new partitions may still be electing leaders)
+            retrying[i % 2].put_item(TableName=TABLE, Item={"pk": {"S": k}})
+        missing = [k for k in keys if "Item" not in src.get_item(
+            TableName=TABLE, Key={"pk": {"S": k}}, ConsistentRead=True)]
+        assert not missing, "puts through restarted nodes 4 and 5 lost: %s" % missing
+        current = {p["id"] for p in admin(cports[0])["partitions"]}
+        for i in (3, 4):
+            with urllib.request.urlopen("http://127.0.0.1:%d/admin/digests" % cports[i],
+                                        timeout=5) as r:
+                local = {rep["partition"] for rep in json.load(r)["replicas"]}
+            assert local <= current, "node %d runs replicas %s outside the map %s" % (
+                i + 1, sorted(local - current), sorted(current))
+        log("restart after the drop: nodes 4 and 5 run no replica of the dropped table; %d "
+            "puts through them read back" % len(keys))
         ok = True
     finally:
         for p in procs:
