@@ -440,6 +440,12 @@ static int check_new_part(const meta_state *s, const meta_cmd *c, size_t i, stra
     if (p->table_id != c->table_id)
         return strata_err_set(err, ERR_VALIDATION, "partition %llu belongs to table %u, not %u",
                               (unsigned long long)p->id, p->table_id, c->table_id);
+    /* Stamped from a map where these ids were free, before a split or another table
+     * took them: the proposer stamps again (ERR_RESOURCE_IN_USE, as for a table id). */
+    if (i == 0 && p->id != 0 && p->id < s->next_partition_id)
+        return strata_err_set(err, ERR_RESOURCE_IN_USE,
+                              "partition id %llu is used (next free id %llu)",
+                              (unsigned long long)p->id, (unsigned long long)s->next_partition_id);
     uint64_t min_id = i ? c->parts[i - 1].id + 1 : s->next_partition_id;
     if (p->id < min_id || p->id == 0 || (i && c->parts[i - 1].id == UINT64_MAX))
         return strata_err_set(err, ERR_VALIDATION,

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""CreateTable while a node's state changes: no CreateTable fails for it.
+"""CreateTable while a node's state changes or partitions split: no CreateTable fails.
 
 Usage: create_race.py STRATAD [TABLES]
 A node places a new table's replicas on its copy of the map, on ACTIVE nodes; the meta
@@ -7,10 +7,17 @@ group checks them again when it applies the change. A node drained (or marked DO
 between used to fail the CreateTable with a ValidationException ("node 4 is DRAINING: only
 ACTIVE nodes take new replicas"): 8 of 30 in this test, before. The change is now
 refused as stale and placed again from the map that holds the drain.
-Four nodes (az1: 1 and 4, az2: 2, az3: 3; tables of 8 partitions): while a thread switches
-node 4 between DRAINING and ACTIVE through node 2, TABLES (default 30) CreateTable calls
-through node 1, one at a time with a single attempt each, must all succeed, and each new
-table's partitions have three replicas in three AZs.
+Likewise a split that took the partition ids a new table was stamped with failed it
+("partition id 249 is used or out of order"): 28 of 30 in the second phase, before;
+the table is now stamped again with free ids.
+Four nodes (az1: 1 and 4, az2: 2, az3: 3; tables of 8 partitions):
+ 1. while a thread switches node 4 between DRAINING and ACTIVE through node 2, TABLES
+    (default 30) CreateTable calls through node 1, one at a time with a single attempt
+    each, must all succeed, and each new table's partitions have three replicas in three
+    AZs;
+ 2. while a thread splits the partitions of a table through node 2 (POST /admin/split),
+    TABLES more CreateTable calls through node 1 must all succeed, each table with its
+    own partition ids.
 Every wait polls a condition with a deadline.
 """
 import json
@@ -20,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import urllib.error
 import urllib.request
 
 import boto3
@@ -44,11 +52,23 @@ def admin(cport):
 
 
 def set_state(cport, node, state):
+    """True when the change was made; False when refused (already in that state, say)."""
     req = urllib.request.Request("http://127.0.0.1:%d/admin/node-state" % cport,
                                  data=json.dumps({"node": node, "state": state}).encode(),
                                  headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=10) as r:
-        r.read()
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            r.read()
+        return True
+    except urllib.error.HTTPError:
+        return False
+
+
+def node_state(cport, node):
+    for n in (admin(cport) or {}).get("nodes", []):
+        if n["id"] == node:
+            return n["state"]
+    return None
 
 
 def main():
@@ -82,9 +102,10 @@ def main():
 
         def toggle():
             states = ["DRAINING", "ACTIVE"]
+            i = 0
             while not stop.is_set():
-                set_state(cports[1], 4, states[switches[0] % 2])
-                switches[0] += 1
+                switches[0] += set_state(cports[1], 4, states[i % 2])
+                i += 1
 
         t = threading.Thread(target=toggle, daemon=True)
         t.start()
@@ -112,6 +133,49 @@ def main():
             assert len({az_of[m] for m in p["members"]}) == 3, p
         log("create race: %d CreateTable while node 4 switched between DRAINING and ACTIVE "
             "%d times: all succeeded, every partition in 3 AZs" % (tables, switches[0]))
+
+        set_state(cports[1], 4, "ACTIVE")
+        harness.poll(lambda: node_state(cports[0], 4) == "ACTIVE", "node 4 ACTIVE again",
+                     DEADLINE_S, 0.1)
+        splits = [0]
+
+        def splitter():
+            while not stop.is_set():
+                for p in (admin(cports[1]) or {}).get("partitions", []):
+                    if p["table"] != "race0" or stop.is_set():
+                        continue
+                    req = urllib.request.Request(
+                        "http://127.0.0.1:%d/admin/split" % cports[1],
+                        data=json.dumps({"partition": p["id"]}).encode(),
+                        headers={"Content-Type": "application/json"})
+                    try:
+                        with urllib.request.urlopen(req, timeout=10) as r:
+                            r.read()
+                        splits[0] += 1
+                    except OSError:
+                        pass  # a partition splitting already, say
+        stop.clear()
+        t = threading.Thread(target=splitter, daemon=True)
+        t.start()
+        try:
+            for k in range(tables, 2 * tables):
+                try:
+                    c1.create_table(TableName="race%d" % k, BillingMode="PAY_PER_REQUEST",
+                                    AttributeDefinitions=[{"AttributeName": "pk",
+                                                           "AttributeType": "S"}],
+                                    KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}])
+                except botocore.exceptions.ClientError as e:
+                    failed.append(str(e))
+        finally:
+            stop.set()
+            t.join()
+        assert not failed, "%d of %d CreateTable failed, e.g. %s" % (len(failed), tables,
+                                                                     failed[:2])
+        assert splits[0] >= 4, "only %d splits" % splits[0]
+        ids = [p["id"] for p in admin(cports[0])["partitions"]]
+        assert len(ids) == len(set(ids)), "partition ids used twice"
+        log("create race: %d CreateTable while %d splits were made: all succeeded" %
+            (tables, splits[0]))
         ok = True
     finally:
         for p in procs:

@@ -421,6 +421,7 @@ static void test_table_create_rules(void **state)
     part(&p[0], 2, 2, 0, UINT64_MAX, 1, 2, 3); /* partition id used */
     assert_int_equal(create(s, 2, "t2", p, 1, &err), -1);
     assert_non_null(strstr(err.msg, "used"));
+    assert_int_equal(err.code, ERR_RESOURCE_IN_USE); /* stamped on a map behind: again */
 
     part(&p[0], 3, 2, 0, 10, 1, 2, 3); /* gap */
     part(&p[1], 4, 2, 12, UINT64_MAX, 1, 2, 3);
