@@ -157,6 +157,8 @@ def main():
         stop.clear()
         t = threading.Thread(target=splitter, daemon=True)
         t.start()
+        # (race0's partitions may be moving to or from node 4 still: splits wait for that)
+        harness.poll(lambda: splits[0] > 0, "a first split of race0", DEADLINE_S, 0.05)
         try:
             for k in range(tables, 2 * tables):
                 try:
@@ -171,7 +173,7 @@ def main():
             t.join()
         assert not failed, "%d of %d CreateTable failed, e.g. %s" % (len(failed), tables,
                                                                      failed[:2])
-        assert splits[0] >= 4, "only %d splits" % splits[0]
+        assert splits[0] >= 2, "only %d splits" % splits[0]
         ids = [p["id"] for p in admin(cports[0])["partitions"]]
         assert len(ids) == len(set(ids)), "partition ids used twice"
         log("create race: %d CreateTable while %d splits were made: all succeeded" %
