@@ -6157,6 +6157,16 @@ static void on_create_done(void *ctx, const strata_err *err, const uint8_t *res,
                     meta_table_find_name(co->c->meta, ch.name, ch.name_len) == NULL;
     if (id_clash && restamp_ids(co, &perr) == 0 && create_propose(co, &perr) == 0)
         return;
+    /* Another node created the table first (with the same ids, or after them): the
+     * caller hears what DynamoDB says, not which of the map's checks refused. */
+    strata_err exists;
+    if (err != NULL && err->code == ERR_RESOURCE_IN_USE &&
+        catalog_record_peek(co->rec, co->len, &ch, &perr) == 0 &&
+        meta_table_find_name(co->c->meta, ch.name, ch.name_len) != NULL) {
+        strata_err_set(&exists, ERR_RESOURCE_IN_USE, "Table already exists: %.*s", (int)ch.name_len,
+                       ch.name);
+        err = &exists;
+    }
     co->cb(co->ctx, err, res, len);
     create_op_free(co);
 }

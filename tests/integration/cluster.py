@@ -665,6 +665,31 @@ def part_f(cl, rounds=4):
     log("f) ok: %d tables created %d at a time through the 3 nodes, all with their own id" %
         (len(names), len(clients)))
 
+    # One name through the three at once: one creates it, the others hear DynamoDB's
+    # answer, whichever of the map's checks refused them.
+    for r in range(3):
+        name, got = "same-%d" % r, []
+
+        def create_same(c):
+            try:
+                c.create_table(TableName=name, BillingMode="PAY_PER_REQUEST",
+                               AttributeDefinitions=[{"AttributeName": "k",
+                                                      "AttributeType": "S"}],
+                               KeySchema=[{"AttributeName": "k", "KeyType": "HASH"}])
+                got.append("created")
+            except botocore.exceptions.ClientError as e:
+                got.append("%s: %s" % (e.response["Error"]["Code"], e.response["Error"]["Message"]))
+        ts = [threading.Thread(daemon=True, target=create_same, args=(c,)) for c in clients]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        refused = "ResourceInUseException: Table already exists: %s" % name
+        check(got.count("created") == 1 and got.count(refused) == len(clients) - 1,
+              "CreateTable of one name through 3 nodes at once: %s" % got)
+    log("f) ok: one name created through the 3 nodes at once, 3 times: one created it, the "
+        "others were told 'Table already exists'")
+
     # Table changes at once through every node: each one is made on the state the
     # others left (the map refuses a change built on an older one, and it is made again),
     # so none is lost; a table deleted by several at once is deleted by one, and the
