@@ -22,7 +22,6 @@ Every wait polls a condition with a deadline.
 """
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -43,14 +42,6 @@ def log(*a):
     print(*a, flush=True)
 
 
-def admin(cport):
-    try:
-        with urllib.request.urlopen("http://127.0.0.1:%d/admin/cluster" % cport, timeout=5) as r:
-            return json.load(r)
-    except (OSError, ValueError):
-        return None
-
-
 def set_state(cport, node, state):
     """True when the change was made; False when refused (already in that state, say)."""
     req = urllib.request.Request("http://127.0.0.1:%d/admin/node-state" % cport,
@@ -65,10 +56,24 @@ def set_state(cport, node, state):
 
 
 def node_state(cport, node):
-    for n in (admin(cport) or {}).get("nodes", []):
+    for n in (harness.admin(cport) or {}).get("nodes", []):
         if n["id"] == node:
             return n["state"]
     return None
+
+
+def create_tables(c, numbers):
+    """CreateTable race<k> for each k, one at a time; every one must succeed."""
+    failed = []
+    for k in numbers:
+        try:
+            c.create_table(TableName="race%d" % k, BillingMode="PAY_PER_REQUEST",
+                           AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+                           KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}])
+        except botocore.exceptions.ClientError as e:
+            failed.append(str(e))
+    assert not failed, "%d of %d CreateTable failed, e.g. %s" % (len(failed), len(numbers),
+                                                                 failed[:2])
 
 
 def main():
@@ -82,17 +87,13 @@ def main():
     ok = False
     try:
         for i in range(4):
-            cmd = [stratad, "--node-id", str(i + 1), "--az", azs[i], "--host-label",
-                   "h%d" % (i + 1), "--listen", "127.0.0.1:%d" % cports[i], "--peer-listen",
-                   "127.0.0.1:%d" % pports[i], "--data-dir", os.path.join(work, "d%d" % i),
-                   "--initial-partitions", "8"]
-            cmd += (["--bootstrap", "--bootstrap-expect", "3"] if i == 0
-                    else ["--join", "127.0.0.1:%d" % pports[0]])
+            cmd = harness.node_command(stratad, i + 1, azs[i], cports[i], pports[i], pports[0],
+                                       os.path.join(work, "d%d" % i), ["--initial-partitions", "8"])
             f = open(os.path.join(work, "n%d.log" % (i + 1)), "w")
             procs.append(subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT,
                                           stdin=subprocess.DEVNULL))
-        harness.poll(lambda: all((admin(p) or {}).get("ready") for p in cports), "4 nodes ready",
-                     DEADLINE_S, 0.2)
+        harness.poll(lambda: all((harness.admin(p) or {}).get("ready") for p in cports),
+                     "4 nodes ready", DEADLINE_S, 0.2)
         c1 = boto3.client("dynamodb", endpoint_url="http://127.0.0.1:%d" % cports[0],
                           region_name="us-east-1", aws_access_key_id="x",
                           aws_secret_access_key="x",
@@ -109,23 +110,13 @@ def main():
 
         t = threading.Thread(target=toggle, daemon=True)
         t.start()
-        failed = []
         try:
-            for k in range(tables):
-                try:
-                    c1.create_table(TableName="race%d" % k, BillingMode="PAY_PER_REQUEST",
-                                    AttributeDefinitions=[{"AttributeName": "pk",
-                                                           "AttributeType": "S"}],
-                                    KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}])
-                except botocore.exceptions.ClientError as e:
-                    failed.append(str(e))
+            create_tables(c1, range(tables))
         finally:
             stop.set()
             t.join()
-        assert not failed, "%d of %d CreateTable failed, e.g. %s" % (len(failed), tables,
-                                                                     failed[:2])
         assert switches[0] >= 4, "node 4 switched state only %d times" % switches[0]
-        a = admin(cports[0])
+        a = harness.admin(cports[0])
         az_of = {n["id"]: n["az"] for n in a["nodes"]}
         parts = [p for p in a["partitions"] if p["table"].startswith("race")]
         assert len(parts) == 8 * tables, "%d partitions for %d tables" % (len(parts), tables)
@@ -141,7 +132,7 @@ def main():
 
         def splitter():
             while not stop.is_set():
-                for p in (admin(cports[1]) or {}).get("partitions", []):
+                for p in (harness.admin(cports[1]) or {}).get("partitions", []):
                     if p["table"] != "race0" or stop.is_set():
                         continue
                     req = urllib.request.Request(
@@ -160,38 +151,18 @@ def main():
         # (race0's partitions may be moving to or from node 4 still: splits wait for that)
         harness.poll(lambda: splits[0] > 0, "a first split of race0", DEADLINE_S, 0.05)
         try:
-            for k in range(tables, 2 * tables):
-                try:
-                    c1.create_table(TableName="race%d" % k, BillingMode="PAY_PER_REQUEST",
-                                    AttributeDefinitions=[{"AttributeName": "pk",
-                                                           "AttributeType": "S"}],
-                                    KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}])
-                except botocore.exceptions.ClientError as e:
-                    failed.append(str(e))
+            create_tables(c1, range(tables, 2 * tables))
         finally:
             stop.set()
             t.join()
-        assert not failed, "%d of %d CreateTable failed, e.g. %s" % (len(failed), tables,
-                                                                     failed[:2])
         assert splits[0] >= 2, "only %d splits" % splits[0]
-        ids = [p["id"] for p in admin(cports[0])["partitions"]]
+        ids = [p["id"] for p in harness.admin(cports[0])["partitions"]]
         assert len(ids) == len(set(ids)), "partition ids used twice"
         log("create race: %d CreateTable while %d splits were made: all succeeded" %
             (tables, splits[0]))
         ok = True
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-        if ok:
-            shutil.rmtree(work, ignore_errors=True)
-        else:
-            log("logs kept in " + work)
+        harness.stop_all(procs, work, ok, log)
     log("PASS")
 
 

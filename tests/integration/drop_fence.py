@@ -31,7 +31,6 @@ Every wait polls a condition with a deadline.
 """
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -60,14 +59,6 @@ def poll(cond, what, deadline_s=DEADLINE_S, interval=0.05):
     return harness.poll(cond, what, deadline_s, interval)
 
 
-def admin(cport):
-    try:
-        with urllib.request.urlopen("http://127.0.0.1:%d/admin/cluster" % cport, timeout=5) as r:
-            return json.load(r)
-    except (OSError, ValueError):
-        return None
-
-
 def client(cport):
     # No retries: an error is counted, never turned into a second write.
     return boto3.client("dynamodb", endpoint_url="http://127.0.0.1:%d" % cport,
@@ -92,7 +83,7 @@ def active(c):
 
 def lagging_majorities(cport):
     """Partitions of TABLE whose members include nodes 4 and 5 (as node `cport` sees them)."""
-    a = admin(cport) or {}
+    a = harness.admin(cport) or {}
     return [p["id"] for p in a.get("partitions", [])
             if p.get("table") == TABLE and {4, 5} <= set(p.get("members", []))]
 
@@ -107,21 +98,18 @@ def main():
     ok = False
     try:
         for i in range(5):
-            cmd = [stratad, "--node-id", str(i + 1), "--az", azs[i], "--host-label",
-                   "h%d" % (i + 1), "--listen", "127.0.0.1:%d" % cports[i], "--peer-listen",
-                   "127.0.0.1:%d" % pports[i], "--data-dir", os.path.join(work, "d%d" % i),
-                   "--initial-partitions", "8", "--throttle", "false"]
-            cmd += (["--bootstrap", "--bootstrap-expect", "3"] if i == 0
-                    else ["--join", "127.0.0.1:%d" % pports[0]])
+            cmd = harness.node_command(stratad, i + 1, azs[i], cports[i], pports[i], pports[0],
+                                       os.path.join(work, "d%d" % i),
+                                       ["--initial-partitions", "8", "--throttle", "false"])
             cmds.append(cmd)
             logs.append(open(os.path.join(work, "n%d.log" % (i + 1)), "w"))
             procs.append(subprocess.Popen(cmd, stdout=logs[i], stderr=subprocess.STDOUT,
                                           stdin=subprocess.DEVNULL))
             if i == 2:  # the first three form the meta group; 4 and 5 join it later
-                poll(lambda: all((admin(p) or {}).get("ready") for p in cports[:3]),
+                poll(lambda: all((harness.admin(p) or {}).get("ready") for p in cports[:3]),
                      "3 nodes ready")
-        poll(lambda: all((admin(p) or {}).get("ready") for p in cports), "5 nodes ready")
-        assert [admin(p)["meta_voter"] for p in cports] == [True] * 3 + [False] * 2
+        poll(lambda: all((harness.admin(p) or {}).get("ready") for p in cports), "5 nodes ready")
+        assert [harness.admin(p)["meta_voter"] for p in cports] == [True] * 3 + [False] * 2
         src = client(cports[0])
         lag = [client(cports[3]), client(cports[4])]
         create(src)
@@ -180,7 +168,7 @@ def main():
                                           1000 * delete_s[-1]))
 
         # The meta leader frozen: catalog syncs give up in bounded time.
-        leader = (admin(cports[0]) or {}).get("meta_leader")
+        leader = (harness.admin(cports[0]) or {}).get("meta_leader")
         assert leader in (1, 2, 3), "meta leader %r" % leader
         os.kill(procs[leader - 1].pid, signal.SIGSTOP)
         try:
@@ -209,7 +197,8 @@ def main():
                                                          " ".join("%.2f" % t for t in took)))
         finally:
             os.kill(procs[leader - 1].pid, signal.SIGCONT)
-        poll(lambda: all((admin(p) or {}).get("ready") for p in cports), "5 nodes ready again")
+        poll(lambda: all((harness.admin(p) or {}).get("ready") for p in cports),
+             "5 nodes ready again")
 
         # Replicas down. Node 5 killed: nodes 3 and 4 confirm for the partitions on 3, 4, 5.
         for c in lag:
@@ -246,8 +235,8 @@ def main():
         for i in (3, 4):
             procs[i] = subprocess.Popen(cmds[i], stdout=logs[i], stderr=subprocess.STDOUT,
                                         stdin=subprocess.DEVNULL)
-        poll(lambda: all((admin(p) or {}).get("ready") for p in cports), "5 nodes ready after "
-             "nodes 4 and 5 restarted")
+        poll(lambda: all((harness.admin(p) or {}).get("ready") for p in cports),
+             "5 nodes ready after nodes 4 and 5 restarted")
         create(src)
         for c in [src] + lag:
             poll(lambda: active(c), "table ACTIVE through nodes 1, 4 and 5")
@@ -263,7 +252,7 @@ def main():
         missing = [k for k in keys if "Item" not in src.get_item(
             TableName=TABLE, Key={"pk": {"S": k}}, ConsistentRead=True)]
         assert not missing, "puts through restarted nodes 4 and 5 lost: %s" % missing
-        current = {p["id"] for p in admin(cports[0])["partitions"]}
+        current = {p["id"] for p in harness.admin(cports[0])["partitions"]}
         for i in (3, 4):
             with urllib.request.urlopen("http://127.0.0.1:%d/admin/digests" % cports[i],
                                         timeout=5) as r:
@@ -274,18 +263,7 @@ def main():
             "puts through them read back" % len(keys))
         ok = True
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-        if ok:
-            shutil.rmtree(work, ignore_errors=True)
-        else:
-            log("logs kept in " + work)
+        harness.stop_all(procs, work, ok, log)
     log("PASS")
 
 

@@ -1,9 +1,15 @@
-"""What the integration scripts share: free loopback ports, and waiting on a condition.
+"""What the integration scripts share: free loopback ports, waiting on a condition, and
+a cluster of stratad processes started and stopped by hand.
 
 Imported by the scripts next to it (Python puts a script's own directory on sys.path).
 """
+import json
+import os
+import shutil
 import socket
+import subprocess
 import time
+import urllib.request
 
 
 def free_ports(n):
@@ -27,3 +33,40 @@ def poll(cond, what, deadline_s, interval):
             return v
         time.sleep(interval)
     raise AssertionError("timed out waiting for: " + what)
+
+
+def admin(cport):
+    """GET /admin/cluster of the node serving clients on `cport`, or None."""
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%d/admin/cluster" % cport, timeout=5) as r:
+            return json.load(r)
+    except (OSError, ValueError):
+        return None
+
+
+def node_command(stratad, nid, az, cport, pport, seed_pport, data_dir, extra=()):
+    """stratad's command line for node `nid` (host label h<nid>): node 1 bootstraps a cluster
+    of three meta voters, the others join through `seed_pport`."""
+    cmd = [stratad, "--node-id", str(nid), "--az", az, "--host-label", "h%d" % nid,
+           "--listen", "127.0.0.1:%d" % cport, "--peer-listen", "127.0.0.1:%d" % pport,
+           "--data-dir", data_dir] + list(extra)
+    cmd += (["--bootstrap", "--bootstrap-expect", "3"] if nid == 1
+            else ["--join", "127.0.0.1:%d" % seed_pport])
+    return cmd
+
+
+def stop_all(procs, work, ok, log):
+    """SIGTERM to every process (SIGKILL after 20 s); `work` removed when `ok`, else kept
+    for its logs."""
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    if ok:
+        shutil.rmtree(work, ignore_errors=True)
+    else:
+        log("logs kept in " + os.path.abspath(work))
