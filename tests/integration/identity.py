@@ -15,7 +15,7 @@ table with items, then:
     stops with exit status 1 and says why; that directory, which never joined, then
     starts under a new id (as the refusal advises);
  c) node 3's real directory started as node 4: refused at once ("belongs to node 3");
-    without its log directory (kept aside): refused at once too;
+    with its identity file damaged, or without its log directory: refused at once too;
  d) node 3 on its own directory again: it rejoins, catches up, and every item reads back
     strongly through it;
  e) node 1, which bootstrapped the cluster, restarted with the same command (--bootstrap)
@@ -76,15 +76,34 @@ def part_a(cl, work, acked):
     C.log("a) ok: a second process as node 2 was refused and stopped; node 2 serves")
 
 
+def stop_and_empty(cl, node):
+    """Stops `node` (SIGTERM) and puts an empty directory in place of its data directory,
+    which is kept aside: returns (data, kept)."""
+    problems = C.stop_all(cl, nodes=[node])
+    C.check(not problems, "; ".join(problems))
+    data = os.path.join(node.dir, "data")
+    kept = data + ".saved"
+    os.rename(data, kept)
+    os.makedirs(data)
+    return data, kept
+
+
+def restore_and_rejoin(cl, node, data, kept, acked):
+    """Puts `node`'s own data directory back, starts it, and checks that it catches up
+    and reads back every acknowledged item."""
+    shutil.rmtree(data)
+    os.rename(kept, data)
+    cl.start([node])
+    C.poll(lambda: C.caught_up(cl, node.id), C.CATCHUP_DEADLINE_S,
+           "node %d's replicas reach their leaders' commit_index" % node.id, 0.2)
+    C.read_back(cl, acked, [node.id])
+
+
 def part_bcd(cl, work, acked):
     n3 = cl.node(3)
-    check_stop = C.stop_all(cl, nodes=[n3])
-    C.check(not check_stop, "; ".join(check_stop))
-    data = os.path.join(n3.dir, "data")
-    saved = data + ".saved"
-    os.rename(data, saved)
-    os.makedirs(data)
-    out = run_until_exit(n3.command(), os.path.join(work, "wiped.log"), "node 3 on an empty directory")
+    data, saved = stop_and_empty(cl, n3)
+    out = run_until_exit(n3.command(), os.path.join(work, "wiped.log"),
+                         "node 3 on an empty directory")
     C.check(MEMBER_MSG in out, "node 3 on an empty directory says why it stops: %s" % out[-500:])
     # That directory never joined a cluster: it may serve another id (as the refusal
     # advises), here one that asks a seed where nobody listens.
@@ -114,20 +133,32 @@ def part_bcd(cl, work, acked):
             "node 3's directory refuses node 4: %s" % out[-500:])
     C.log("c) ok: node 3's directory started as node 4 was refused")
 
-    shutil.rmtree(data)
-    os.rename(saved, data)
+    # Its identity file damaged (kept aside): refused at start, naming the file.
+    ident, ident_saved = os.path.join(saved, "node-identity"), os.path.join(work, "n3-identity")
+    shutil.copyfile(ident, ident_saved)
+    with open(ident, "rb") as f:
+        text = bytearray(f.read())
+    at = text.index(b"incarnation ") + len("incarnation ")
+    text[at] = ord("0") if text[at] != ord("0") else ord("1")  # one hex digit changed
+    with open(ident, "wb") as f:
+        f.write(text)
+    cmd = [a if a != data else saved for a in n3.command()]
+    out = run_until_exit(cmd, os.path.join(work, "badident.log"),
+                         "node 3 with a damaged identity")
+    C.check("node-identity is damaged (checksum or format)" in out,
+            "node 3 with a damaged identity says why it stops: %s" % out[-500:])
+    os.replace(ident_saved, ident)
+    C.log("c) ok: node 3 with a damaged identity file was refused")
+
     # Its log directory gone (kept aside): refused at start as well.
-    log_dir, log_saved = os.path.join(data, "log"), os.path.join(work, "n3-log.saved")
+    log_dir, log_saved = os.path.join(saved, "log"), os.path.join(work, "n3-log.saved")
     os.rename(log_dir, log_saved)
-    out = run_until_exit(n3.command(), os.path.join(work, "nolog.log"), "node 3 without its log")
+    out = run_until_exit(cmd, os.path.join(work, "nolog.log"), "node 3 without its log")
     C.check("but its log directory is missing" in out,
             "node 3 without its log says why it stops: %s" % out[-500:])
     os.rename(log_saved, log_dir)
     C.log("c) ok: node 3 without its log directory was refused")
-    cl.start([n3])
-    C.poll(lambda: C.caught_up(cl, 3), C.CATCHUP_DEADLINE_S,
-           "node 3's replicas reach their leaders' commit_index", 0.2)
-    C.read_back(cl, acked, [3])
+    restore_and_rejoin(cl, n3, data, saved, acked)
     C.log("d) ok: node 3 on its own directory rejoined, caught up, %d items read back through it" %
           len(acked))
 
@@ -137,22 +168,12 @@ def part_e(cl, work, acked):
     command, it must not wait to form a second cluster: the others' Raft messages tell it
     that one exists, and it stops."""
     n1 = cl.node(1)
-    problems = C.stop_all(cl, nodes=[n1])
-    C.check(not problems, "; ".join(problems))
-    data = os.path.join(n1.dir, "data")
-    saved = data + ".saved"
-    os.rename(data, saved)
-    os.makedirs(data)
+    data, saved = stop_and_empty(cl, n1)
     out = run_until_exit(n1.command(), os.path.join(work, "bootstrap.log"),
                          "node 1 (--bootstrap) on an empty directory")
     C.check("sends Raft messages of an existing cluster" in out,
             "node 1 on an empty directory says why it stops: %s" % out[-500:])
-    shutil.rmtree(data)
-    os.rename(saved, data)
-    cl.start([n1])
-    C.poll(lambda: C.caught_up(cl, 1), C.CATCHUP_DEADLINE_S,
-           "node 1's replicas reach their leaders' commit_index", 0.2)
-    C.read_back(cl, acked, [1])
+    restore_and_rejoin(cl, n1, data, saved, acked)
     C.log("e) ok: node 1 (--bootstrap) on an empty directory stopped; on its own it caught up")
 
 
