@@ -23,6 +23,8 @@ struct meta_state {
     size_t n_parts, cap_parts;
     uint32_t next_table_id;
     uint64_t next_partition_id;
+    meta_partition group; /* the meta group's members (meta_group) */
+    uint32_t seats;
 };
 
 meta_state *meta_new(void)
@@ -208,6 +210,17 @@ const meta_partition *meta_partition_at(const meta_state *s, size_t i)
 {
     return i < s->n_parts ? &s->parts[i] : NULL;
 }
+
+const meta_partition *meta_group(const meta_state *s)
+{
+    return &s->group;
+}
+
+uint32_t meta_group_seats(const meta_state *s)
+{
+    return s->seats;
+}
+
 uint32_t meta_next_table_id(const meta_state *s)
 {
     return s->next_table_id;
@@ -726,6 +739,92 @@ static int apply_membership(meta_state *s, const meta_cmd *c, strata_err *err)
     return 0;
 }
 
+/* The form of a meta group member list: known nodes in id order, at least one voter, at
+ * most META_MAX_MEMBERS; a REMOVED node only as a voter (it was removed while it held the
+ * seat, which the meta leader then takes away). */
+static int group_form_check(const meta_state *s, const meta_partition *g, strata_err *err)
+{
+    if (g->n_members == 0 || g->n_members > META_MAX_MEMBERS)
+        return strata_err_set(err, ERR_VALIDATION, "the meta group needs 1 to %d members, not %u",
+                              META_MAX_MEMBERS, g->n_members);
+    for (uint32_t i = 0; i < g->n_members; i++) {
+        const meta_replica *r = &g->members[i];
+        const meta_node *n = meta_node_find(s, r->node);
+        if (n == NULL)
+            return strata_err_set(err, ERR_NOT_FOUND, "meta group: node %llu is unknown",
+                                  (unsigned long long)r->node);
+        if (n->state == META_NODE_REMOVED && r->role == META_LEARNER)
+            return strata_err_set(err, ERR_VALIDATION, "meta group: node %llu is REMOVED",
+                                  (unsigned long long)r->node);
+        if (r->role != META_VOTER && r->role != META_LEARNER)
+            return strata_err_set(err, ERR_VALIDATION, "meta group: bad member role");
+        if (i > 0 && g->members[i - 1].node >= r->node)
+            return strata_err_set(err, ERR_VALIDATION, "meta group: members out of order");
+    }
+    if (meta_partition_voters(g) == 0)
+        return strata_err_set(err, ERR_VALIDATION, "the meta group needs a voter");
+    return 0;
+}
+
+/* After the first record, `next` differs from `cur` in exactly one member: a learner
+ * added or promoted (on an ACTIVE node), or a member removed. */
+static int group_step_check(const meta_state *s, const meta_partition *cur,
+                            const meta_partition *next, strata_err *err)
+{
+    unsigned changes = 0;
+    for (uint32_t i = 0; i < next->n_members; i++) {
+        const meta_replica *r = &next->members[i];
+        meta_role was;
+        if (!meta_partition_has(cur, r->node, &was)) {
+            if (r->role != META_LEARNER)
+                return strata_err_set(err, ERR_VALIDATION,
+                                      "meta group: node %llu must join as a learner",
+                                      (unsigned long long)r->node);
+        } else if (was == r->role) {
+            continue;
+        } else if (r->role == META_LEARNER) {
+            return strata_err_set(err, ERR_VALIDATION, "meta group: voters are not demoted");
+        }
+        if (need_active(s, r->node, err))
+            return -1;
+        changes++;
+    }
+    for (uint32_t i = 0; i < cur->n_members; i++)
+        changes += !meta_partition_has(next, cur->members[i].node, NULL);
+    if (changes != 1)
+        return strata_err_set(err, ERR_VALIDATION,
+                              "meta group: one member changes at a time, not %u", changes);
+    return 0;
+}
+
+static int apply_meta_members(meta_state *s, const meta_cmd *c, strata_err *err)
+{
+    if (c->n_parts != 1 || c->parts == NULL)
+        return strata_err_set(err, ERR_VALIDATION, "meta group: one member list expected");
+    if (c->epoch != s->group.epoch)
+        return strata_err_set(err, ERR_CONDITIONAL_CHECK,
+                              "the meta group is at epoch %llu, not %llu",
+                              (unsigned long long)s->group.epoch, (unsigned long long)c->epoch);
+    if (c->seats != 1 && c->seats != 3 && c->seats != 5)
+        return strata_err_set(err, ERR_VALIDATION, "the meta group keeps 1, 3 or 5 voters, not %u",
+                              c->seats);
+    if (s->group.epoch != 0 && c->seats != s->seats)
+        return strata_err_set(err, ERR_VALIDATION, "the meta group keeps %u voters, not %u",
+                              s->seats, c->seats);
+    meta_partition next = c->parts[0];
+    if (group_form_check(s, &next, err) ||
+        (s->group.epoch != 0 && group_step_check(s, &s->group, &next, err)))
+        return -1;
+    next.id = 0;
+    next.table_id = 0;
+    next.hash_lo = next.hash_hi = 0;
+    next.leader_hint = 0;
+    next.epoch = s->group.epoch + 1;
+    s->group = next;
+    s->seats = c->seats;
+    return 0;
+}
+
 int meta_apply_cmd(meta_state *s, const meta_cmd *c, strata_err *err)
 {
     switch (c->kind) {
@@ -749,6 +848,8 @@ int meta_apply_cmd(meta_state *s, const meta_cmd *c, strata_err *err)
     case META_CMD_PROMOTE:
     case META_CMD_REMOVE_REPLICA:
         return apply_membership(s, c, err);
+    case META_CMD_META_MEMBERS:
+        return apply_meta_members(s, c, err);
     }
     return strata_err_set(err, ERR_VALIDATION, "unknown meta command %d", (int)c->kind);
 }
@@ -880,6 +981,13 @@ int meta_encode(const meta_cmd *c, buf *out, strata_err *err)
         buf_put_varint(out, c->partition_id);
         buf_put_varint(out, c->epoch);
         buf_put_varint(out, c->node_id);
+        break;
+    case META_CMD_META_MEMBERS:
+        if (c->n_parts != 1 || c->parts == NULL || c->parts[0].n_members > META_MAX_MEMBERS)
+            return strata_err_set(err, ERR_VALIDATION, "meta group command: one member list");
+        buf_put_varint(out, c->epoch);
+        buf_put_varint(out, c->seats);
+        put_members(out, &c->parts[0]);
         break;
     }
     if (!out->failed)
@@ -1020,6 +1128,19 @@ static bool decode_body(rd *r, meta_cmd *c)
         c->epoch = rd_varint(r);
         c->node_id = rd_varint(r);
         return true;
+    case META_CMD_META_MEMBERS: {
+        c->epoch = rd_varint(r);
+        uint64_t seats = rd_varint(r);
+        if (r->failed || seats > 5)
+            return false;
+        c->seats = (uint32_t)seats;
+        meta_partition *g = calloc(1, sizeof *g);
+        if (g == NULL)
+            return false;
+        c->parts = g;
+        c->n_parts = 1;
+        return decode_members(r, g);
+    }
     }
     return false;
 }
@@ -1103,6 +1224,10 @@ int meta_state_encode(const meta_state *s, buf *out, strata_err *err)
     buf_put_varint(out, s->n_nodes);
     for (size_t i = 0; i < s->n_nodes; i++)
         buf_put_u64be(out, s->nodes[i].incarnation);
+    /* The meta group's members, after the incarnations. */
+    buf_put_varint(out, s->group.epoch);
+    buf_put_varint(out, s->seats);
+    put_members(out, &s->group);
     if (!out->failed)
         buf_put_u64be(out, XXH3_64bits(out->data + start, out->len - start));
     if (out->failed)
@@ -1192,6 +1317,19 @@ static bool decode_incarnations(rd *r, meta_state *s)
     return !r->failed;
 }
 
+/* A state encoded before the meta group's members were recorded ends before them. */
+static bool decode_group(rd *r, meta_state *s)
+{
+    if (rd_left(r) == 0)
+        return true;
+    s->group.epoch = rd_varint(r);
+    uint64_t seats = rd_varint(r);
+    if (r->failed || seats > 5)
+        return false;
+    s->seats = (uint32_t)seats;
+    return decode_members(r, &s->group);
+}
+
 static bool decode_parts(rd *r, meta_state *s)
 {
     uint64_t n = rd_varint(r);
@@ -1250,7 +1388,7 @@ meta_state *meta_state_decode(const uint8_t *data, size_t len, strata_err *err)
     s->next_table_id = rd_u32be(&r);
     s->next_partition_id = rd_u64be(&r);
     ok = ok && decode_nodes(&r, s) && decode_tables(&r, s) && decode_parts(&r, s) &&
-         decode_incarnations(&r, s) && !r.failed && rd_left(&r) == 0;
+         decode_incarnations(&r, s) && decode_group(&r, s) && !r.failed && rd_left(&r) == 0;
     strata_err why;
     strata_err_clear(&why);
     if (!ok || meta_check(s, &why)) {
@@ -1301,6 +1439,13 @@ uint64_t meta_state_digest(const meta_state *s)
 
 int meta_check(const meta_state *s, strata_err *err)
 {
+    strata_err why;
+    strata_err_clear(&why);
+    if (s->group.epoch == 0 ? s->group.n_members != 0 || s->seats != 0
+                            : (s->seats != 1 && s->seats != 3 && s->seats != 5) ||
+                                  group_form_check(s, &s->group, &why) != 0)
+        return strata_err_set(err, ERR_INTERNAL, "meta group: bad members%s%s",
+                              why.msg[0] ? ": " : "", why.msg);
     for (size_t i = 1; i < s->n_nodes; i++)
         if (s->nodes[i - 1].id >= s->nodes[i].id)
             return strata_err_set(err, ERR_INTERNAL, "nodes out of order");

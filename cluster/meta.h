@@ -115,7 +115,8 @@ typedef enum {
     META_CMD_REMOVE_REPLICA,    /* partition_id, epoch, node_id */
     META_CMD_TABLE_SCHEMA,      /* table_id, schema (replaces the blob; UpdateTable, tags),
                                    schema_base */
-    META_CMD_KIND_MAX = META_CMD_TABLE_SCHEMA,
+    META_CMD_META_MEMBERS,      /* epoch, seats, parts[0] (the meta group's new members) */
+    META_CMD_KIND_MAX = META_CMD_META_MEMBERS,
 } meta_cmd_kind;
 
 /* A command. Only the fields its kind lists are encoded. After meta_decode, name and
@@ -141,6 +142,7 @@ typedef struct {
     uint64_t node_id;
     uint64_t split_hash; /* the child owns [split_hash, hash_hi]; lo < split_hash <= hi */
     uint64_t new_partition_id;
+    uint32_t seats; /* META_MEMBERS: the voters the meta group keeps (1, 3 or 5) */
 } meta_cmd;
 
 typedef struct meta_state meta_state;
@@ -182,6 +184,22 @@ uint32_t meta_partition_voters(const meta_partition *p);
  * distinct, hosts distinct, >= META_REPLICAS voters spanning min(#voters, 3) AZs, leader
  * hint 0 or a voter). The planner uses it to check every step it plans. */
 int meta_partition_check(const meta_state *s, const meta_partition *p, strata_err *err);
+
+/*
+ * The meta group's own members, partition-shaped (id 0, table 0, no range): the meta
+ * leader moves the group's seats as it moves a partition's replicas, the map first (one
+ * META_MEMBERS step at a time: add a learner, promote it, remove a member), and the
+ * group's Raft configuration follows. Epoch 0 and no members: not recorded yet (a map
+ * made before the record existed, or just formed); the Raft configuration then rules.
+ * META_MEMBERS rules: the epoch it was planned against; 1..META_MAX_MEMBERS known nodes
+ * in id order, at least one voter, no REMOVED learner; seats 1, 3 or 5, fixed by the
+ * first record; after the first, exactly one member differs (a learner added, on an
+ * ACTIVE node; a learner promoted, on an ACTIVE node; or a member removed). Unlike a
+ * partition's, the group has no AZ or host rule (a one-AZ test cluster has a meta group
+ * too), and a voter's node may become REMOVED: the meta leader takes its seat away next.
+ */
+const meta_partition *meta_group(const meta_state *s);
+uint32_t meta_group_seats(const meta_state *s); /* 0 while not recorded */
 
 /* Iteration by index (nodes in id order, tables in id order, partitions in
  * (table_id, hash_lo) order). */

@@ -110,9 +110,11 @@ typedef struct router router;
  * `bootstrap_expect` nodes (itself included) are known, then all of them start the meta
  * group with those voters. A node started with `join` asks those addresses until it is
  * told the meta members; nodes beyond the meta voters follow the map by fetching it.
- * Each node then registers itself (address, AZ, host) through the meta leader. The map
- * of who the meta voters are is kept in DATA_DIR/cluster, so a restart needs neither
- * flag.
+ * Each node then registers itself (address, AZ, host) through the meta leader. The list
+ * of the meta voters is kept in DATA_DIR/cluster, so a restart needs neither flag. The
+ * group keeps its size at formation: the map records its seats, and the meta leader moves
+ * a seat off a node that is drained, removed or long DOWN, as it moves a partition's
+ * replica; the list follows the map.
  *
  * Routing: a write goes to the partition leader (retried on another replica while no
  * replica has accepted it, within a deadline); an outcome that may or may not have been

@@ -101,7 +101,8 @@ enum {
 };
 
 #define META_GROUP           0
-#define MAX_META_VOTERS      5
+#define MAX_META_VOTERS      5                /* at formation */
+#define MAX_META_LIST        META_MAX_MEMBERS /* voters to ask: one more while a seat moves */
 #define OP_DEADLINE_MS       8000 /* a request's whole budget, retries included */
 #define ATTEMPT_DEADLINE_MS  3000 /* one rpc attempt */
 #define TICK_MS              100
@@ -187,6 +188,8 @@ enum {
 #define STATUS_RELEASED    8
 #define STATUS_FIRST_STATE 16
 #define RELEASE_ASK_MS     500 /* a replica the map took away asks its leader this often */
+#define META_ORPHAN_MS     2000 /* a meta replica without a leader this long fetches the map */
+#define SEAT_TRANSFER_MS   1000 /* a leaving meta leader tries a hand-over this often */
 /* The result of a write whose key the partition no longer owns (a split moved it): not
  * applied, so the router sends it again to the partition that owns it now. 0xFF starts
  * no protobuf message (field 31, wire type 7), so no PartitionWriteResult looks like it. */
@@ -407,9 +410,13 @@ struct rcluster {
     /* The cluster map. */
     bool formed; /* the meta voters are known */
     strata_err refused; /* a join the cluster refused (join_refusal): the node must stop */
-    member members[MAX_META_VOTERS];
+    member members[MAX_META_LIST];
     size_t n_members;
-    bool voter;
+    bool voter;       /* this node runs a replica of the meta group (voter or learner) */
+    bool meta_joined; /* ... that joined after formation (see "The meta group's seats") */
+    uint64_t meta_leaderless_since; /* when its replica last lost sight of a leader; 0 */
+    uint64_t meta_release_asked_at;
+    uint64_t seat_transfer_at;
     meta_state *meta;
     uint64_t meta_index;       /* last meta command reflected in `meta` */
     uint64_t meta_leader_hint; /* for nodes outside the meta group */
@@ -757,7 +764,7 @@ static void members_text(const rcluster *c, buf *out)
 /* Parses "ID@HOST:PORT,..." into c->members. */
 static int members_parse(rcluster *c, const char *text, size_t len, strata_err *err)
 {
-    member m[MAX_META_VOTERS];
+    member m[MAX_META_LIST];
     size_t n = 0;
     size_t i = 0;
     while (i < len) {
@@ -765,7 +772,7 @@ static int members_parse(rcluster *c, const char *text, size_t len, strata_err *
         while (j < len && text[j] != ',')
             j++;
         char one[META_ADDR_MAX + 32];
-        if (j - i >= sizeof one || n == MAX_META_VOTERS)
+        if (j - i >= sizeof one || n == MAX_META_LIST)
             return strata_err_set(err, ERR_CORRUPT, "bad meta member list");
         memcpy(one, text + i, j - i);
         one[j - i] = '\0';
@@ -820,7 +827,10 @@ static int write_file_durably(rcluster *c, const char *name, const buf *data, st
     return rc;
 }
 
-/* DATA_DIR/cluster: "strata-cluster 1\nmembers LIST\nxxh3 HEX\n", written atomically. */
+/* DATA_DIR/cluster: "strata-cluster 1\nmembers LIST\n[meta joined\n]xxh3 HEX\n", written
+ * atomically. LIST: the meta voters to ask (those the group formed with, then those the
+ * map names); "meta joined": this node's meta replica joined the group after formation,
+ * so a restart must not bootstrap it (raft_host_join_group). */
 static int cluster_file_write(rcluster *c, strata_err *err)
 {
     buf b;
@@ -828,6 +838,8 @@ static int cluster_file_write(rcluster *c, strata_err *err)
     buf_printf(&b, "strata-cluster 1\nmembers ");
     members_text(c, &b);
     buf_printf(&b, "\n");
+    if (c->meta_joined)
+        buf_printf(&b, "meta joined\n");
     buf_printf(&b, "xxh3 %016" PRIx64 "\n", (uint64_t)XXH3_64bits(b.data, b.len));
     int rc = write_file_durably(c, CLUSTER_FILE, &b, err);
     buf_free(&b);
@@ -858,6 +870,7 @@ static int cluster_file_read(rcluster *c, strata_err *err)
         const char *eol = strchr(list, '\n');
         if (eol != NULL && members_parse(c, list, (size_t)(eol - list), err) == 0)
             rc = 1;
+        c->meta_joined = strstr(text, "\nmeta joined\n") != NULL;
     }
     if (rc < 0 && err != NULL && err->code == ERR_NONE)
         strata_err_set(err, ERR_CORRUPT, "%s is damaged (checksum or format)", path);
@@ -2406,6 +2419,20 @@ static int apply_meta(rcluster *c, uint64_t index, const void *data, size_t len,
     meta_cmd cmd;
     strata_err err;
     strata_err_clear(&err);
+    /* An entry the map holds already: this replica joined the group, or lost sight of its
+     * leader, with a map fetched from another member (meta_seat_take, on_fetched). Its
+     * outcome is not known here. */
+    if (index <= c->meta_index) {
+        static const char skipped[] = "the map held this change already; outcome unknown here";
+        uint8_t *out = malloc(sizeof skipped);
+        if (out == NULL)
+            return -1;
+        out[0] = (uint8_t)ERR_UNAVAILABLE;
+        memcpy(out + 1, skipped, sizeof skipped - 1);
+        *result = out;
+        *result_len = sizeof skipped;
+        return 0;
+    }
     int rc = meta_decode(data, len, &cmd, &err);
     char name[META_NAME_MAX + 1];
     size_t name_len = 0;
@@ -3423,6 +3450,10 @@ static bool replica_holds_whole(rcluster *c, uint64_t pid)
 static bool replica_promotable(const rcluster *c, uint64_t pid)
 {
     raft_host_group_stats st;
+    if (pid == META_GROUP) /* no lpart, no copies: its log, applied up to the commit */
+        return c->voter && raft_host_group_info(c->host, pid, &st, NULL) == 0 && !st.failed &&
+               st.leader != 0 && st.commit_index > 0 && st.applied_index >= st.commit_index &&
+               !st.unconfirmed;
     return replica_fresh_stats(c, pid, 0, &st) && !st.unconfirmed;
 }
 
@@ -3541,6 +3572,268 @@ typedef struct {
     uint64_t pid, node, epoch;
 } promote_probe;
 
+/* ---- the meta group's seats, on the meta leader (see "The meta group's seats") ---- */
+
+static int transfer_begin(rcluster *c, uint64_t group, uint64_t target);
+
+/* Whether node `n` gives its meta seat up: DRAINING or REMOVED, or DOWN past
+ * replace_after (as its partition replicas are re-created then). */
+static bool seat_leaving(const rcluster *c, const meta_node *n)
+{
+    uint64_t now = wall_ms();
+    return n == NULL || n->state == META_NODE_DRAINING || n->state == META_NODE_REMOVED ||
+           (n->state == META_NODE_DOWN && now >= n->state_since_ms &&
+            now - n->state_since_ms >= c->replace_after_ms);
+}
+
+/* g with `node` as `role` (added, or its role changed) or, with role 0, without it. */
+static meta_partition seat_change(const meta_partition *g, uint64_t node, meta_role role)
+{
+    meta_partition next = *g;
+    uint32_t w = 0;
+    for (uint32_t k = 0; k < g->n_members; k++)
+        if (g->members[k].node != node)
+            next.members[w++] = g->members[k];
+    next.n_members = w;
+    if (role != 0 && w < META_MAX_MEMBERS) {
+        uint32_t at = 0;
+        while (at < w && next.members[at].node < node)
+            at++;
+        memmove(&next.members[at + 1], &next.members[at], (w - at) * sizeof *next.members);
+        next.members[at] = (meta_replica){.node = node, .role = role};
+        next.n_members++;
+    }
+    return next;
+}
+
+static void seat_propose(rcluster *c, const meta_partition *next, uint64_t epoch, uint32_t seats)
+{
+    meta_cmd cmd = {
+        .kind = META_CMD_META_MEMBERS, .epoch = epoch, .seats = seats, .parts = next, .n_parts = 1};
+    sched_propose(c, &cmd);
+}
+
+/* The learner `node`, probed at `epoch`, caught up: it becomes a voter. */
+static void seat_promote(rcluster *c, uint64_t node, uint64_t epoch)
+{
+    const meta_partition *g = meta_group(c->meta);
+    meta_role role;
+    if (g->epoch != epoch || !meta_partition_has(g, node, &role) || role != META_LEARNER)
+        return;
+    fprintf(stderr, "stratad: meta group: node %" PRIu64 " caught up: promoting it\n", node);
+    meta_partition next = seat_change(g, node, META_VOTER);
+    seat_propose(c, &next, g->epoch, meta_group_seats(c->meta));
+}
+
+/* The first record of the seats: the Raft configuration as it stands (the group's size
+ * at formation keeps it: 1, 3 or 5 voters). Waits until every member registered. */
+static bool seat_record_first(rcluster *c, const raft_host_member *cur, size_t n)
+{
+    meta_partition g = {0};
+    uint32_t voters = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (meta_node_find(c->meta, cur[i].id) == NULL)
+            return false;
+        g = seat_change(&g, cur[i].id, cur[i].voter ? META_VOTER : META_LEARNER);
+        voters += cur[i].voter;
+    }
+    if (voters == 0)
+        return false;
+    seat_propose(c, &g, 0, voters >= 4 ? 5 : voters >= 2 ? 3 : 1);
+    return true;
+}
+
+/* The node that should take a seat: ACTIVE, answering, not stopping, not a member; in an
+ * AZ, then on a host, that no staying voter has; the lowest id among equals. 0 if none. */
+static uint64_t seat_candidate(const rcluster *c, const meta_partition *g)
+{
+    uint64_t best = 0;
+    int best_score = -1;
+    for (size_t i = 0; i < meta_node_count(c->meta); i++) {
+        const meta_node *nd = meta_node_at(c->meta, i);
+        if (nd->state != META_NODE_ACTIVE || !node_staying(c, nd->id) ||
+            meta_partition_has(g, nd->id, NULL))
+            continue;
+        bool az_new = true, host_new = true;
+        for (uint32_t k = 0; k < g->n_members; k++) {
+            const meta_node *v = meta_node_find(c->meta, g->members[k].node);
+            if (g->members[k].role != META_VOTER || seat_leaving(c, v))
+                continue;
+            az_new = az_new && strcmp(v->az, nd->az) != 0;
+            host_new = host_new && strcmp(v->host, nd->host) != 0;
+        }
+        int score = 2 * az_new + host_new;
+        if (score > best_score) {
+            best = nd->id;
+            best_score = score;
+        }
+    }
+    return best;
+}
+
+/* This meta leader gives its seat up: leadership goes to a staying voter that caught up
+ * (one try per SEAT_TRANSFER_MS). */
+static void seat_hand_over(rcluster *c, const meta_partition *g)
+{
+    uint64_t now = now_ms(c);
+    if (c->seat_transfer_at != 0 && now - c->seat_transfer_at < SEAT_TRANSFER_MS)
+        return;
+    for (uint32_t k = 0; k < g->n_members; k++) {
+        uint64_t v = g->members[k].node;
+        if (v == c->self || g->members[k].role != META_VOTER ||
+            seat_leaving(c, meta_node_find(c->meta, v)) || !node_staying(c, v) ||
+            !raft_host_transfer_ready(c->host, META_GROUP, v, TRANSFER_MAX_LAG, NULL))
+            continue;
+        c->seat_transfer_at = now;
+        if (transfer_begin(c, META_GROUP, v) == 0)
+            fprintf(stderr,
+                    "stratad: meta group: handing leadership to node %" PRIu64
+                    " (this node gives its seat up)\n",
+                    v);
+        return;
+    }
+}
+
+/* A voter to take out when the group has one more than its seats and none is leaving:
+ * another than this leader, one whose AZ another voter shares first, the highest id
+ * among equals. */
+static uint64_t seat_extra(const rcluster *c, const meta_partition *g)
+{
+    uint64_t pick = 0;
+    bool pick_shared = false;
+    for (uint32_t k = 0; k < g->n_members; k++) {
+        const meta_node *a = meta_node_find(c->meta, g->members[k].node);
+        if (a == NULL || a->id == c->self || g->members[k].role != META_VOTER)
+            continue;
+        bool shared = false;
+        for (uint32_t j = 0; j < g->n_members && !shared; j++) {
+            const meta_node *b = meta_node_find(c->meta, g->members[j].node);
+            shared = j != k && b != NULL && g->members[j].role == META_VOTER &&
+                     strcmp(a->az, b->az) == 0;
+        }
+        if (shared || !pick_shared) {
+            pick = a->id;
+            pick_shared = shared;
+        }
+    }
+    return pick;
+}
+
+static bool probe_learner(rcluster *c, const meta_partition *mp, uint64_t node);
+
+/* One step of the seats' moves (schedule): record them first; a leaving leader hands
+ * over; wait while the configuration catches up with the map; a learner is promoted once
+ * caught up (or dropped if its node is no longer ACTIVE); a voter too many is removed (a
+ * leaving one, else seat_extra); a leaving voter, or a seat short, gets a learner on
+ * seat_candidate; with nobody to take it, a REMOVED voter's seat goes anyway. True when it
+ * proposed or probed. */
+static bool schedule_meta_seats(rcluster *c)
+{
+    raft_host_member cur[META_MAX_MEMBERS + 2], want[META_MAX_MEMBERS + 2];
+    size_t n, nn;
+    bool pending;
+    if (raft_host_configuration(c->host, META_GROUP, cur, META_MAX_MEMBERS + 2, &n, &pending,
+                                NULL) < 0 ||
+        pending || n > META_MAX_MEMBERS)
+        return false;
+    const meta_partition *g = meta_group(c->meta);
+    if (g->n_members == 0)
+        return seat_record_first(c, cur, n);
+    if (seat_leaving(c, meta_node_find(c->meta, c->self))) {
+        seat_hand_over(c, g);
+        return false;
+    }
+    if (next_config(g, cur, n, want, &nn))
+        return false; /* follow_meta_config takes the configuration there first */
+    uint32_t seats = meta_group_seats(c->meta);
+    uint64_t leaving = 0;
+    for (uint32_t k = 0; k < g->n_members; k++) {
+        uint64_t node = g->members[k].node;
+        const meta_node *nd = meta_node_find(c->meta, node);
+        if (g->members[k].role == META_LEARNER) {
+            if (nd != NULL && nd->state == META_NODE_ACTIVE)
+                return node_usable(c, node) && probe_learner(c, g, node);
+            fprintf(stderr, "stratad: meta group: node %" PRIu64 " is %s: no seat for it\n", node,
+                    nd != NULL ? meta_node_state_name(nd->state) : "unknown");
+            meta_partition next = seat_change(g, node, 0);
+            seat_propose(c, &next, g->epoch, seats);
+            return true;
+        }
+        if (leaving == 0 && node != c->self && seat_leaving(c, nd))
+            leaving = node;
+    }
+    uint32_t voters = meta_partition_voters(g);
+    if (leaving == 0 && voters > seats)
+        leaving = seat_extra(c, g); /* a leaving voter came back before its seat moved */
+    const meta_node *ln = leaving != 0 ? meta_node_find(c->meta, leaving) : NULL;
+    if (leaving != 0 && voters > seats) {
+        fprintf(stderr, "stratad: meta group: node %" PRIu64 " (%s) gives its seat up\n", leaving,
+                ln != NULL ? meta_node_state_name(ln->state) : "unknown");
+        meta_partition next = seat_change(g, leaving, 0);
+        seat_propose(c, &next, g->epoch, seats);
+        return true;
+    }
+    if (leaving == 0 && voters >= seats)
+        return false;
+    uint64_t cand = seat_candidate(c, g);
+    if (cand != 0 && g->n_members < META_MAX_MEMBERS) {
+        fprintf(stderr, "stratad: meta group: node %" PRIu64 " takes a seat (a learner first)\n",
+                cand);
+        meta_partition next = seat_change(g, cand, META_LEARNER);
+        seat_propose(c, &next, g->epoch, seats);
+        return true;
+    }
+    if (ln != NULL && ln->state == META_NODE_REMOVED && voters > 1) {
+        fprintf(stderr,
+                "stratad: meta group: node %" PRIu64 " is REMOVED and nobody can take "
+                "its seat: the group shrinks\n",
+                leaving);
+        meta_partition next = seat_change(g, leaving, 0);
+        seat_propose(c, &next, g->epoch, seats);
+        return true;
+    }
+    return false;
+}
+
+/* On the meta leader: the group's Raft configuration follows the map's seats, one change
+ * at a time (as follow_map_configs for partitions). A change that would take this leader
+ * out waits until it handed its leadership over. */
+static void follow_meta_config(rcluster *c)
+{
+    const meta_partition *g = meta_group(c->meta);
+    raft_host_member cur[META_MAX_MEMBERS + 2], next[META_MAX_MEMBERS + 2];
+    size_t n, nn;
+    bool pending;
+    if (!c->voter || c->closing || g->n_members == 0 || !raft_host_is_leader(c->host, META_GROUP) ||
+        raft_host_configuration(c->host, META_GROUP, cur, META_MAX_MEMBERS + 2, &n, &pending,
+                                NULL) < 0 ||
+        pending || n > META_MAX_MEMBERS || !next_config(g, cur, n, next, &nn))
+        return;
+    bool keeps_self = false;
+    for (size_t i = 0; i < nn; i++)
+        keeps_self = keeps_self || next[i].id == c->self;
+    if (!keeps_self) {
+        seat_hand_over(c, g);
+        return;
+    }
+    config_change *ch = malloc(sizeof *ch);
+    strata_err err;
+    if (ch == NULL)
+        return; /* next tick */
+    *ch = (config_change){c, META_GROUP};
+    if (raft_host_change(c->host, META_GROUP, next, nn, on_config_changed, ch, &err) < 0) {
+        free(ch);
+        uint64_t now = uv_now(c->loop);
+        if (err.code != ERR_BUSY || now >= c->busy_change_logged_ms + 10000) {
+            if (err.code == ERR_BUSY)
+                c->busy_change_logged_ms = now;
+            fprintf(stderr, "stratad: meta group: configuration change refused: %s\n", err.msg);
+        }
+    } else {
+        fprintf(stderr, "stratad: meta group: configuration change to %zu members\n", nn);
+    }
+}
+
 static void on_group_status(void *ctx, int status, const strata_err *err, const uint8_t *data,
                             size_t len)
 {
@@ -3548,7 +3841,10 @@ static void on_group_status(void *ctx, int status, const strata_err *err, const 
     rcluster *c = p->c;
     (void)err;
     c->sched_busy = false;
-    if (status == 0 && len >= 1 && (data[0] & STATUS_CAUGHT_UP) && !c->closing) {
+    if (status == 0 && len >= 1 && (data[0] & STATUS_CAUGHT_UP) && !c->closing &&
+        p->pid == META_GROUP) {
+        seat_promote(c, p->node, p->epoch);
+    } else if (status == 0 && len >= 1 && (data[0] & STATUS_CAUGHT_UP) && !c->closing) {
         meta_cmd cmd = {.kind = META_CMD_PROMOTE,
                         .partition_id = p->pid,
                         .epoch = p->epoch,
@@ -4208,7 +4504,7 @@ static void schedule(rcluster *c)
     if (c->sched_busy)
         return;
     rload_track(c);
-    if (schedule_liveness(c))
+    if (schedule_liveness(c) || schedule_meta_seats(c))
         return;
     if (schedule_leaders(c, false))
         return;
@@ -4793,10 +5089,18 @@ static void on_peer_state(void *ctx, uint64_t peer, bool connected)
 
 /* ------------------------------------------------------------------ joining and the map */
 
+/* Every router waits for the map to show a change (a split, a move): its commit reaches
+ * the other voters with the leader's next heartbeat, so make that soon. */
+static int meta_heartbeat(rcluster *c, strata_err *err)
+{
+    unsigned hb = c->heartbeat_ms < META_HEARTBEAT_MS ? c->heartbeat_ms : META_HEARTBEAT_MS;
+    return raft_host_set_heartbeat(c->host, META_GROUP, hb, err);
+}
+
 static int start_meta_group(rcluster *c, strata_err *err)
 {
-    uint64_t ids[MAX_META_VOTERS];
-    c->voter = false;
+    uint64_t ids[MAX_META_LIST];
+    c->voter = c->meta_joined;
     for (size_t i = 0; i < c->n_members; i++) {
         ids[i] = c->members[i].id;
         c->voter = c->voter || ids[i] == c->self;
@@ -4805,12 +5109,11 @@ static int start_meta_group(rcluster *c, strata_err *err)
     c->formed = true;
     if (!c->voter)
         return 0;
-    if (raft_host_start_group(c->host, META_GROUP, ids, c->n_members, 0, err) < 0)
+    int rc = c->meta_joined ? raft_host_join_group(c->host, META_GROUP, 0, err)
+                            : raft_host_start_group(c->host, META_GROUP, ids, c->n_members, 0, err);
+    if (rc < 0)
         return -1;
-    /* Every router waits for the map to show a change (a split, a move): its commit
-     * reaches the other voters with the leader's next heartbeat, so make that soon. */
-    unsigned hb = c->heartbeat_ms < META_HEARTBEAT_MS ? c->heartbeat_ms : META_HEARTBEAT_MS;
-    return raft_host_set_heartbeat(c->host, META_GROUP, hb, err);
+    return meta_heartbeat(c, err);
 }
 
 static void on_join_answer(void *ctx, int status, const strata_err *err, const uint8_t *data,
@@ -4897,14 +5200,33 @@ static void on_fetched(void *ctx, int status, const strata_err *err, const uint8
     kick(c);
 }
 
-/* Nodes outside the meta group follow the map by fetching it. */
+/* Whether this node's meta replica has known no leader for META_ORPHAN_MS: a member
+ * taken out of the group while it was away hears from no leader again (the leader sends
+ * only to its configuration), and its own map still names it. It then fetches the map
+ * like a node outside the group, and leaves (reconcile_meta_seat) once the map says it is
+ * out and the leader confirms it. A member cut off from the others fetches nothing newer. */
+static bool meta_orphaned(rcluster *c)
+{
+    if (!c->voter || raft_host_leader(c->host, META_GROUP) != 0) {
+        c->meta_leaderless_since = 0;
+        return false;
+    }
+    uint64_t now = now_ms(c);
+    if (c->meta_leaderless_since == 0)
+        c->meta_leaderless_since = now;
+    return now - c->meta_leaderless_since >= META_ORPHAN_MS;
+}
+
+/* Nodes outside the meta group follow the map by fetching it; so do orphaned members. */
 static void fetch_meta(rcluster *c)
 {
-    if (c->voter || !c->formed || c->fetch_in_flight || c->n_members == 0)
+    if ((c->voter && !meta_orphaned(c)) || !c->formed || c->fetch_in_flight || c->n_members == 0)
         return;
     uint64_t target = c->meta_leader_hint;
-    if (target == 0 || !node_usable(c, target))
+    if (target == 0 || !node_usable(c, target) || target == c->self)
         target = pick_member(c, c->last_fetch / META_FETCH_MS);
+    if (target == c->self) /* an orphaned member asks the others */
+        target = pick_member(c, c->last_fetch / META_FETCH_MS + 1);
     c->last_fetch = now_ms(c);
     c->fetch_target = target;
     strata_err err;
@@ -5751,6 +6073,136 @@ static void reconcile_groups(rcluster *c)
     }
 }
 
+/*
+ * The meta group's seats. The map names the group's members (meta_group in meta.h); the
+ * meta leader moves a seat as it moves a partition's replica (schedule_meta_seats: a
+ * learner added on the best free node, promoted once caught up, the leaving voter removed)
+ * and makes the group's Raft configuration follow the map (follow_meta_config). Each node
+ * follows the map for its own seat (reconcile_meta_seat):
+ *   - named and not running the group: it starts an empty replica (raft_host_join_group,
+ *     remembered as "meta joined" in the cluster file so that a restart does not bootstrap
+ *     it) that the leader fills from its log. Its map stays the one it fetched; entries the
+ *     map holds already are not applied again (apply_meta);
+ *   - not named and running the group: once the configuration leaves it out (its own
+ *     committed one, or the leader's answer to MSG_GROUP_STATUS with STATUS_RELEASED), it
+ *     stops the replica, drops its log and follows the map by fetching, as any node
+ *     outside the group. Until then it votes on: a configuration of four voters with one
+ *     gone needs every other one;
+ *   - the voters to ask for the map (c->members, the cluster file) become the map's.
+ * A member taken out while it was away learns it by fetching (meta_orphaned).
+ */
+
+/* c->members := the map's voters, with their peer addresses; the cluster file with them. */
+static void members_follow_map(rcluster *c, const meta_partition *g)
+{
+    member m[MAX_META_LIST];
+    size_t n = 0;
+    for (uint32_t k = 0; k < g->n_members && n < MAX_META_LIST; k++) {
+        if (g->members[k].role != META_VOTER)
+            continue;
+        const meta_node *nd = meta_node_find(c->meta, g->members[k].node);
+        if (nd == NULL)
+            return;
+        m[n].id = nd->id;
+        snprintf(m[n].addr, sizeof m[n].addr, "%s", nd->peer_addr);
+        n++;
+    }
+    bool same = n == c->n_members;
+    for (size_t i = 0; same && i < n; i++)
+        same = m[i].id == c->members[i].id && strcmp(m[i].addr, c->members[i].addr) == 0;
+    if (same || n == 0)
+        return;
+    memcpy(c->members, m, n * sizeof *m);
+    c->n_members = n;
+    strata_err err;
+    if (cluster_file_write(c, &err) < 0)
+        fprintf(stderr, "stratad: the meta voters changed; %s (written again later)\n", err.msg);
+}
+
+/* Takes the seat the map gives this node: an empty replica joins the group. */
+static void meta_seat_take(rcluster *c)
+{
+    strata_err err;
+    c->meta_joined = true;
+    if (cluster_file_write(c, &err) < 0 || raft_host_join_group(c->host, META_GROUP, 0, &err) < 0 ||
+        meta_heartbeat(c, &err) < 0) {
+        raft_host_stop_group(c->host, META_GROUP, NULL);
+        c->meta_joined = false;
+        fprintf(stderr, "stratad: cannot join the meta group: %s (retrying)\n", err.msg);
+        return;
+    }
+    c->voter = true;
+    c->meta_leaderless_since = 0;
+    fprintf(stderr, "stratad: joining the meta group (the map gives this node a seat)\n");
+}
+
+/* Gives the seat up: the replica stops and its log goes; the map is fetched from now on. */
+static void meta_seat_leave(rcluster *c)
+{
+    strata_err err;
+    if (raft_host_stop_group(c->host, META_GROUP, &err) < 0 && err.code != ERR_NOT_FOUND) {
+        fprintf(stderr, "stratad: cannot leave the meta group: %s (retrying)\n", err.msg);
+        return;
+    }
+    wal_drop_group(c->log, META_GROUP, NULL, NULL, NULL);
+    c->voter = false;
+    c->meta_joined = false;
+    c->meta_leaderless_since = 0;
+    if (cluster_file_write(c, &err) < 0)
+        fprintf(stderr, "stratad: %s\n", err.msg);
+    fprintf(stderr, "stratad: left the meta group (the map moved this node's seat)\n");
+}
+
+static void on_seat_release(void *ctx, int status, const strata_err *err, const uint8_t *data,
+                            size_t len)
+{
+    rcluster *c = ctx;
+    (void)err;
+    if (status != 0 || len < 1 || !(data[0] & STATUS_RELEASED) || c->closing || !c->voter ||
+        meta_partition_has(meta_group(c->meta), c->self, NULL))
+        return;
+    meta_seat_leave(c);
+}
+
+/* Whether the configuration leaves this node out: its own committed one says so now;
+ * else the members of the map are asked (every RELEASE_ASK_MS) and an answer that says so
+ * leaves the group (on_seat_release). */
+static bool meta_seat_released(rcluster *c, const meta_partition *g)
+{
+    if (config_leaves_out(c, META_GROUP, c->self))
+        return true;
+    uint64_t now = now_ms(c);
+    if (c->meta_release_asked_at != 0 && now - c->meta_release_asked_at < RELEASE_ASK_MS)
+        return false;
+    c->meta_release_asked_at = now;
+    buf b;
+    buf_init(&b, 0);
+    buf_put_varint(&b, META_GROUP);
+    for (uint32_t k = 0; k < g->n_members && !b.failed; k++) {
+        uint64_t node = g->members[k].node;
+        strata_err err;
+        if (node != c->self && node_usable(c, node))
+            rpc_call(c->rpc, node, MSG_GROUP_STATUS, b.data, b.len, ATTEMPT_DEADLINE_MS,
+                     on_seat_release, c, &err);
+    }
+    buf_free(&b);
+    return false;
+}
+
+static void reconcile_meta_seat(rcluster *c)
+{
+    const meta_partition *g = meta_group(c->meta);
+    if (!c->formed || g->n_members == 0)
+        return; /* not recorded yet: the members the group formed with hold the seats */
+    members_follow_map(c, g);
+    bool named = meta_partition_has(g, c->self, NULL);
+    if (named && !c->voter)
+        meta_seat_take(c);
+    else if (!named && c->voter && !raft_host_is_leader(c->host, META_GROUP) &&
+             meta_seat_released(c, g))
+        meta_seat_leave(c);
+}
+
 /* One engine range delete [lo, hi), recording no log index; with `forget`, the engine
  * also forgets partition `pid`'s applied index, atomically with the delete. ERR_BUSY under
  * back-pressure. */
@@ -5817,6 +6269,7 @@ static void reconcile(rcluster *c)
             peer_ensure(c, n->id, n->peer_addr);
     }
     reconcile_groups(c);
+    reconcile_meta_seat(c);
     splits_step(c);
     installs_step(c);
     seeds_step(c);
@@ -6012,12 +6465,13 @@ static void on_tick(uv_timer_t *t)
         return;
     if (!c->formed)
         ask_to_join(c);
-    if (!c->voter && now_ms(c) - c->last_fetch >= META_FETCH_MS)
+    if ((!c->voter || meta_orphaned(c)) && now_ms(c) - c->last_fetch >= META_FETCH_MS)
         fetch_meta(c);
     register_self(c);
     snapshots_tick(c);
     reconcile(c);
     follow_map_configs(c);
+    follow_meta_config(c);
     follow_map_leaders(c);
     follow_map_splits(c);
     auto_splits(c);
@@ -6568,6 +7022,13 @@ void rcluster_status_json(rcluster *c, buf *out)
                ",\"meta_index\":%" PRIu64 ",",
                c->self, rcluster_ready(c) ? "true" : "false", c->voter ? "true" : "false",
                meta_leader(c), c->meta_index);
+    const meta_partition *g = meta_group(c->meta);
+    buf_printf(out, "\"meta_group\":{\"epoch\":%" PRIu64 ",\"seats\":%u,\"members\":[", g->epoch,
+               meta_group_seats(c->meta));
+    for (uint32_t k = 0; k < g->n_members; k++)
+        buf_printf(out, "%s{\"node\":%" PRIu64 ",\"role\":\"%s\"}", k ? "," : "",
+                   g->members[k].node, g->members[k].role == META_VOTER ? "voter" : "learner");
+    buf_printf(out, "]},");
     buf_printf(out,
                "\"router\":{\"retries\":%" PRIu64 ",\"woken_by_leader\":%" PRIu64
                ",\"reads_via_parent\":%" PRIu64 ",\"strong_via_parent\":%" PRIu64

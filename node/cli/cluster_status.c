@@ -593,6 +593,8 @@ int cli_cluster_local_replicas(const char *body, uint64_t *node_id, size_t *n, s
         if (json_is_object(json_object_get(p, "local")))
             (*n)++;
     }
+    if (json_is_true(json_object_get(root, "meta_voter")))
+        (*n)++; /* its replica of the meta group */
     json_decref(root);
     return 0;
 }

@@ -73,9 +73,10 @@ int cli_cluster_each_node(const char *primary,
 
 /*
  * The node that answered `body` (its own /admin/cluster answer) and how many replicas it
- * still runs: partitions of the map with a "local" part. After `node remove`, each is one
- * its Raft group may still count as a voter until a committed configuration leaves the
- * node out ("lingering"). ERR_CORRUPT when body is not the expected JSON.
+ * still runs: partitions of the map with a "local" part, and the meta group's when it is
+ * a "meta_voter". After `node remove`, each is one its Raft group may still count as a
+ * voter until a committed configuration leaves the node out ("lingering"). ERR_CORRUPT
+ * when body is not the expected JSON.
  */
 int cli_cluster_local_replicas(const char *body, uint64_t *node_id, size_t *n, strata_err *err);
 

@@ -61,11 +61,7 @@ def poll(cond, what, deadline_s=DEADLINE_S, interval=0.05):
 
 def client(cport):
     # No retries: an error is counted, never turned into a second write.
-    return boto3.client("dynamodb", endpoint_url="http://127.0.0.1:%d" % cport,
-                        region_name="us-east-1", aws_access_key_id="x",
-                        aws_secret_access_key="x",
-                        config=botocore.config.Config(retries={"total_max_attempts": 1},
-                                                      max_pool_connections=WRITERS))
+    return harness.client(cport, 1, WRITERS)
 
 
 def create(c):

@@ -44,6 +44,18 @@ def admin(cport):
         return None
 
 
+def client(cport, attempts, pool=10):
+    """A boto3 DynamoDB client of the node serving clients on `cport`: `attempts` in all
+    per request (1: an error is never turned into a second write)."""
+    import boto3
+    import botocore.config
+    return boto3.client("dynamodb", endpoint_url="http://127.0.0.1:%d" % cport,
+                        region_name="us-east-1", aws_access_key_id="x",
+                        aws_secret_access_key="x",
+                        config=botocore.config.Config(retries={"total_max_attempts": attempts},
+                                                      max_pool_connections=pool))
+
+
 def node_command(stratad, nid, az, cport, pport, seed_pport, data_dir, extra=()):
     """stratad's command line for node `nid` (host label h<nid>): node 1 bootstraps a cluster
     of three meta voters, the others join through `seed_pport`."""

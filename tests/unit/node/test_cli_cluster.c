@@ -275,8 +275,9 @@ static void each_other_node(void **state)
     assert_int_equal(err.code, ERR_CORRUPT);
 }
 
-/* `node remove` waits on this: node 2 runs two replicas (partitions 7 and 1, not 2);
- * node 1 runs two; a node with no "local" part runs none. */
+/* `node remove` waits on this: node 2 runs three replicas (partitions 7 and 1, not 2, and
+ * the meta group's); node 1 runs three; a node with no "local" part, outside the meta
+ * group, runs none. */
 static void local_replicas_counted(void **state)
 {
     (void)state;
@@ -285,12 +286,12 @@ static void local_replicas_counted(void **state)
     strata_err err;
     assert_int_equal(cli_cluster_local_replicas(node2, &id, &n, &err), 0);
     assert_int_equal(id, 2);
-    assert_int_equal(n, 2);
+    assert_int_equal(n, 3);
     assert_int_equal(cli_cluster_local_replicas(node1, &id, &n, &err), 0);
     assert_int_equal(id, 1);
-    assert_int_equal(n, 2);
+    assert_int_equal(n, 3);
     static const char none[] =
-        "{\"node_id\":4,\"ready\":true," NODES3 ",\"partitions\":["
+        "{\"node_id\":4,\"ready\":true,\"meta_voter\":false," NODES3 ",\"partitions\":["
         "{\"id\":2,\"table_id\":1,\"table\":\"Music\",\"members\":[1,3,2]}]}";
     assert_int_equal(cli_cluster_local_replicas(none, &id, &n, &err), 0);
     assert_int_equal(id, 4);

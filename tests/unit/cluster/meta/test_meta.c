@@ -805,13 +805,109 @@ static void test_incarnation(void **state)
     assert_non_null(t);
     assert_int_equal(meta_node_find(t, 7)->incarnation, 99);
     meta_free(t);
-    /* Without the section (a varint count of 1 and one u64). */
-    strip_before_checksum(&b, 9);
+    /* Without the sections after the partitions: the meta group's (3 bytes when not
+     * recorded: epoch 0, seats 0, no member) and the incarnations' (a varint count of 1
+     * and one u64). */
+    strip_before_checksum(&b, 3 + 9);
     t = meta_state_decode(b.data, b.len, &err);
     assert_non_null(t);
     assert_int_equal(meta_node_find(t, 7)->incarnation, 0);
     meta_free(t);
     buf_free(&b);
+    meta_free(s);
+}
+
+static int seats_cmd(meta_state *s, uint64_t epoch, uint32_t seats, const meta_replica *m,
+                     uint32_t n, strata_err *err)
+{
+    meta_partition g = {.n_members = n};
+    memcpy(g.members, m, n * sizeof *m);
+    meta_cmd c = {
+        .kind = META_CMD_META_MEMBERS, .epoch = epoch, .seats = seats, .parts = &g, .n_parts = 1};
+    return run(s, &c, err);
+}
+
+#define V(n) ((meta_replica){(n), META_VOTER})
+#define L(n) ((meta_replica){(n), META_LEARNER})
+
+/* The meta group's seats: the first record takes any list; later ones change one member
+ * at a time (learners join, are promoted on ACTIVE nodes, members leave); the epoch and
+ * the seats are checked; the state carries them, old states read as not recorded. */
+static void test_meta_group(void **state)
+{
+    (void)state;
+    meta_state *s = cluster6();
+    strata_err err;
+    assert_int_equal(meta_group(s)->n_members, 0);
+    assert_int_equal(meta_group_seats(s), 0);
+    const meta_replica first[] = {V(1), V(2), V(3)};
+    assert_int_equal(seats_cmd(s, 1, 3, first, 3, &err), -1);
+    assert_int_equal(err.code, ERR_CONDITIONAL_CHECK);
+    assert_int_equal(seats_cmd(s, 0, 2, first, 3, &err), -1);
+    assert_int_equal(err.code, ERR_VALIDATION);
+    const meta_replica unknown[] = {V(1), V(9)};
+    assert_int_equal(seats_cmd(s, 0, 3, unknown, 2, &err), -1);
+    assert_int_equal(err.code, ERR_NOT_FOUND);
+    const meta_replica unsorted[] = {V(2), V(1)};
+    assert_int_equal(seats_cmd(s, 0, 3, unsorted, 2, &err), -1);
+    assert_int_equal(err.code, ERR_VALIDATION);
+    const meta_replica no_voter[] = {L(1)};
+    assert_int_equal(seats_cmd(s, 0, 1, no_voter, 1, &err), -1);
+    assert_int_equal(err.code, ERR_VALIDATION);
+    assert_int_equal(seats_cmd(s, 0, 3, first, 3, &err), 0);
+    assert_int_equal(meta_group(s)->epoch, 1);
+    assert_int_equal(meta_group_seats(s), 3);
+    assert_int_equal(meta_partition_voters(meta_group(s)), 3);
+
+    /* One member at a time, joining as a learner on an ACTIVE node, seats fixed. */
+    const meta_replica as_voter[] = {V(1), V(2), V(3), V(5)};
+    assert_int_equal(seats_cmd(s, 1, 3, as_voter, 4, &err), -1);
+    assert_int_equal(err.code, ERR_VALIDATION);
+    const meta_replica two_steps[] = {V(1), V(2), L(5)};
+    assert_int_equal(seats_cmd(s, 1, 3, two_steps, 3, &err), -1);
+    assert_int_equal(err.code, ERR_VALIDATION);
+    const meta_replica add5[] = {V(1), V(2), V(3), L(5)};
+    assert_int_equal(seats_cmd(s, 1, 5, add5, 4, &err), -1);
+    assert_int_equal(err.code, ERR_VALIDATION);
+    assert_int_equal(set_state(s, 6, META_NODE_DRAINING, 900, &err), 0);
+    const meta_replica add6[] = {V(1), V(2), V(3), L(6)};
+    assert_int_equal(seats_cmd(s, 1, 3, add6, 4, &err), -1);
+    assert_int_equal(err.code, ERR_VALIDATION);
+    assert_int_equal(seats_cmd(s, 1, 3, add5, 4, &err), 0);
+    const meta_replica demote[] = {V(1), V(2), L(3), L(5)};
+    assert_int_equal(seats_cmd(s, 2, 3, demote, 4, &err), -1);
+    assert_int_equal(err.code, ERR_VALIDATION);
+    const meta_replica promote5[] = {V(1), V(2), V(3), V(5)};
+    assert_int_equal(seats_cmd(s, 2, 3, promote5, 4, &err), 0);
+    const meta_replica drop3[] = {V(1), V(2), V(5)};
+    assert_int_equal(seats_cmd(s, 3, 3, drop3, 3, &err), 0);
+    assert_int_equal(meta_group(s)->epoch, 4);
+    assert_true(meta_partition_has(meta_group(s), 5, NULL));
+    assert_false(meta_partition_has(meta_group(s), 3, NULL));
+
+    /* A member may become REMOVED (the leader then takes it out); not rejoin as one. */
+    assert_int_equal(set_state(s, 1, META_NODE_DRAINING, 1000, &err), 0);
+    assert_int_equal(set_state(s, 1, META_NODE_REMOVED, 1001, &err), 0);
+    assert_int_equal(meta_check(s, &err), 0);
+
+    /* The state carries the seats; digests agree after a round trip. */
+    buf b;
+    buf_init(&b, 0);
+    assert_int_equal(meta_state_encode(s, &b, &err), 0);
+    meta_state *t = meta_state_decode(b.data, b.len, &err);
+    assert_non_null(t);
+    assert_int_equal(meta_group(t)->epoch, 4);
+    assert_int_equal(meta_group_seats(t), 3);
+    assert_int_equal(meta_group(t)->n_members, 3);
+    assert_int_equal(meta_state_digest(t), meta_state_digest(s));
+    meta_free(t);
+    buf_free(&b);
+
+    const meta_replica drop1[] = {V(2), V(5)};
+    assert_int_equal(seats_cmd(s, 4, 3, drop1, 2, &err), 0);
+    const meta_replica empty[] = {V(2)};
+    assert_int_equal(seats_cmd(s, 5, 3, empty, 0, &err), -1);
+    assert_int_equal(err.code, ERR_VALIDATION);
     meta_free(s);
 }
 
@@ -904,6 +1000,7 @@ int main(void)
         cmocka_unit_test(test_determinism),
         cmocka_unit_test(test_snapshot),
         cmocka_unit_test(test_incarnation),
+        cmocka_unit_test(test_meta_group),
         cmocka_unit_test(test_fsm_apply),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,195 @@
+#!/usr/bin/python3
+"""The meta group's seats move: the cluster map outlives the nodes it formed on.
+
+Usage: meta_seats.py STRATAD STRATA
+Five nodes: 1 (az1), 2 (az2) and 3 (az3) form the meta group; 4 (az3) and 5 (az1) join
+outside it. A table with items. Then:
+ a) `strata node drain 3`: node 4 takes node 3's seat (a learner first, promoted once
+    caught up; the AZ node 3 leaves), node 3 leaves the group; `strata node remove 3`
+    returns once node 3 runs no replica, the meta group's included, and node 3 stops.
+ b) node 2 is killed (SIGKILL): the group (1, 2, 4) still has a majority, so a change of
+    the map (TagResource through node 5, outside the group) is made and seen through node
+    1. With the seats fixed at formation (1, 2, 3), nodes 2 and 3 gone left one voter of
+    three and the change could not be made.
+ c) node 2 stays down past --replace-after (DOWN after 10 s, then 5 s): node 5 takes its
+    seat. Node 2, restarted, still holds its old seat in its own log and hears from no
+    leader: it fetches the map, finds its seat gone, the leader confirms that the
+    configuration leaves it out, and it leaves the group.
+ d) node 4, which joined the group after formation ("meta joined" in its cluster file),
+    restarts and comes back as a member without bootstrapping a group of its own; a map
+    change made while it was down reaches it.
+ e) node 5 drained and activated again at once: whether its seat started to move or not,
+    the group ends with three voters and no learner (a seat taken while the leaving voter
+    came back leaves one voter too many, which is taken out).
+After each step every live node shows the same members (GET /admin/cluster "meta_group"),
+the members run the group and the others do not, and every item reads back strongly.
+Every wait polls a condition with a deadline. KEEP=1 keeps the nodes' logs.
+"""
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+
+import harness
+
+TABLE = "seats"
+ITEMS = 40
+DEADLINE_S = 90
+AZS = ["az1", "az2", "az3", "az3", "az1"]
+
+
+def log(*a):
+    print(*a, flush=True)
+
+
+def poll(cond, what, deadline_s=DEADLINE_S, interval=0.2):
+    return harness.poll(cond, what, deadline_s, interval)
+
+
+def client(cport):
+    return harness.client(cport, 6)
+
+
+class Cluster:
+    def __init__(self, stratad, work):
+        self.stratad, self.work = stratad, work
+        ports = harness.free_ports(10)
+        self.cports, self.pports = ports[0::2], ports[1::2]
+        self.procs = {}
+        self.logs = {}
+
+    def start(self, nid):
+        i = nid - 1
+        cmd = harness.node_command(self.stratad, nid, AZS[i], self.cports[i], self.pports[i],
+                                   self.pports[0], os.path.join(self.work, "d%d" % nid),
+                                   ["--initial-partitions", "4", "--replace-after", "5",
+                                    "--throttle", "false"])
+        f = self.logs.setdefault(nid, open(os.path.join(self.work, "n%d.log" % nid), "a"))
+        self.procs[nid] = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT,
+                                           stdin=subprocess.DEVNULL)
+
+    def kill(self, nid, sig=signal.SIGKILL):
+        p = self.procs.pop(nid)
+        p.send_signal(sig)
+        p.wait(timeout=30)
+
+    def admin(self, nid):
+        return harness.admin(self.cports[nid - 1])
+
+    def ready(self, nids):
+        return all((self.admin(n) or {}).get("ready") for n in nids)
+
+
+def seats(a):
+    """{node: role} of the meta group as one node's map has it."""
+    return {m["node"]: m["role"] for m in a["meta_group"]["members"]}
+
+
+def settled(cl, live, voters):
+    """Every live node's map gives the seats to `voters` (no learner), members run the
+    group, the others do not, and every live node is ready."""
+    want = {v: "voter" for v in voters}
+    for n in live:
+        a = cl.admin(n)
+        if a is None or not a["ready"] or seats(a) != want or a["meta_voter"] != (n in voters):
+            return False
+    return True
+
+
+def read_all(c, items):
+    for k, v in items.items():
+        got = c.get_item(TableName=TABLE, Key={"pk": {"S": k}}, ConsistentRead=True)
+        assert got.get("Item", {}).get("v", {}).get("S") == v, "item %s: %r" % (k, got)
+
+
+def strata(cli, cl, nid, *args):
+    out = subprocess.run([cli, "--endpoint", "127.0.0.1:%d" % cl.cports[nid - 1]] + list(args),
+                         capture_output=True, text=True, timeout=120)
+    log("strata %s: %s%s" % (" ".join(args), out.stdout.strip(), out.stderr.strip()))
+    assert out.returncode == 0, "strata %s exited with %d" % (" ".join(args), out.returncode)
+    return out.stdout
+
+
+def tags(c, arn):
+    return {t["Key"]: t["Value"] for t in c.list_tags_of_resource(ResourceArn=arn)["Tags"]}
+
+
+def main():
+    stratad, cli = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+    work = tempfile.mkdtemp(prefix="strata-seats-")
+    cl = Cluster(stratad, work)
+    ok = False
+    try:
+        for n in (1, 2, 3):
+            cl.start(n)
+        poll(lambda: cl.ready([1, 2, 3]), "nodes 1-3 ready")
+        for n in (4, 5):
+            cl.start(n)
+        poll(lambda: settled(cl, [1, 2, 3, 4, 5], {1, 2, 3}), "seats recorded as 1, 2, 3")
+        c1 = client(cl.cports[0])
+        c1.create_table(TableName=TABLE, BillingMode="PAY_PER_REQUEST",
+                        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+                        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}])
+        arn = poll(lambda: (lambda t: t["TableStatus"] == "ACTIVE" and t["TableArn"])(
+            c1.describe_table(TableName=TABLE)["Table"]), "table ACTIVE")
+        items = {"k%d" % i: "v%d" % i for i in range(ITEMS)}
+        for k, v in items.items():
+            c1.put_item(TableName=TABLE, Item={"pk": {"S": k}, "v": {"S": v}})
+
+        log("a) drain node 3: node 4 takes its seat")
+        strata(cli, cl, 1, "node", "drain", "3")
+        poll(lambda: settled(cl, [1, 2, 3, 4, 5], {1, 2, 4}), "seats 1, 2, 4")
+        poll(lambda: not any(3 in p["members"] for p in cl.admin(1)["partitions"]),
+             "node 3 drained of partition replicas")
+        out = strata(cli, cl, 1, "node", "remove", "3", "--wait", "60")
+        assert "runs no replica" in out, out
+        cl.kill(3, signal.SIGTERM)
+        read_all(client(cl.cports[3]), items)
+
+        log("b) node 2 killed: the group (1, 2, 4) still changes the map")
+        cl.kill(2)
+        c5 = client(cl.cports[4])
+        c5.tag_resource(ResourceArn=arn, Tags=[{"Key": "step", "Value": "b"}])
+        poll(lambda: tags(c1, arn).get("step") == "b", "the tag seen through node 1", 10)
+
+        log("c) node 2 down past replace-after: node 5 takes its seat; node 2 comes back out")
+        poll(lambda: settled(cl, [1, 4, 5], {1, 4, 5}), "seats 1, 4, 5")
+        cl.start(2)
+        poll(lambda: settled(cl, [1, 2, 4, 5], {1, 4, 5}), "node 2 back, out of the group")
+        with open(os.path.join(work, "n2.log")) as f:
+            assert "left the meta group" in f.read(), "node 2 never said it left"
+        read_all(client(cl.cports[1]), items)
+
+        log("d) node 4 (joined the group late) restarts as a member")
+        with open(os.path.join(work, "d4", "cluster")) as f:
+            assert "meta joined" in f.read(), "node 4's cluster file lacks 'meta joined'"
+        cl.kill(4)
+        c5.tag_resource(ResourceArn=arn, Tags=[{"Key": "step", "Value": "d"}])
+        cl.start(4)
+        poll(lambda: settled(cl, [1, 2, 4, 5], {1, 4, 5}), "node 4 back in the group")
+        c4 = client(cl.cports[3])
+        poll(lambda: tags(c4, arn).get("step") == "d", "the tag seen through node 4", 10)
+        read_all(c4, items)
+        with open(os.path.join(work, "n4.log")) as f:
+            assert "cluster formed" not in f.read(), "node 4 formed a cluster of its own"
+
+        log("e) node 5 drained and at once activated again: three voters in the end")
+        strata(cli, cl, 1, "node", "drain", "5")
+        strata(cli, cl, 1, "node", "activate", "5")
+        end = poll(lambda: (lambda a: a and a["ready"] and len(seats(a)) == 3 and
+                            set(seats(a).values()) == {"voter"} and seats(a))(cl.admin(1)),
+                   "three voters, no learner")
+        poll(lambda: settled(cl, [1, 2, 4, 5], set(end)), "every node agrees on %s" % end)
+        log("seats after e): %s" % sorted(end))
+        ok = True
+        log("meta_seats: PASS")
+    finally:
+        harness.stop_all(list(cl.procs.values()), work, ok and not os.environ.get("KEEP"), log)
+        for f in cl.logs.values():
+            f.close()
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
