@@ -216,6 +216,20 @@ static void print_header(const json_t *root, bool ready, FILE *out)
     if (json_is_boolean(voter))
         fprintf(out, ", meta voter %s", json_is_true(voter) ? "yes" : "no");
     fprintf(out, "\n");
+    /* The meta group's seats as the map records them (none before the first record). */
+    const json_t *g = json_object_get(root, "meta_group");
+    const json_t *members = json_object_get(g, "members");
+    if (!json_is_array(members) || json_array_size(members) == 0)
+        return;
+    fprintf(out, "Meta group: %" PRIu64 " seats, members", ju64_or0(g, "seats"));
+    size_t i;
+    const json_t *m;
+    json_array_foreach(members, i, m)
+    {
+        fprintf(out, "%s %" PRIu64 "%s", i ? "," : "", ju64_or0(m, "node"),
+                strcmp(jstr(m, "role"), "learner") == 0 ? " (learner)" : "");
+    }
+    fprintf(out, "\n");
 }
 
 static int print_nodes(const json_t *nodes, FILE *out, cli_cluster_summary *sum, strata_err *err)

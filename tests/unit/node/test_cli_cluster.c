@@ -28,8 +28,10 @@
 
 /* Node 2's answer: two tables (Music with two partitions listed out of order, Books one). */
 static const char node2[] =
-    "{\"node_id\":2,\"ready\":true,\"meta_voter\":true,\"meta_leader\":1,\"meta_index\":12," NODES3
-    ",\"partitions\":["
+    "{\"node_id\":2,\"ready\":true,\"meta_voter\":true,\"meta_leader\":1,\"meta_index\":12,"
+    "\"meta_group\":{\"epoch\":3,\"seats\":3,\"members\":[{\"node\":1,\"role\":\"voter\"},"
+    "{\"node\":2,\"role\":\"voter\"},{\"node\":3,\"role\":\"voter\"},"
+    "{\"node\":4,\"role\":\"learner\"}]}," NODES3 ",\"partitions\":["
     "{\"id\":7,\"table_id\":2,\"table\":\"Books\",\"hash_lo\":\"0000000000000000\","
     "\"hash_hi\":\"ffffffffffffffff\",\"epoch\":1,\"leader\":0,\"members\":[1,3,2],"
     "\"local\":{\"state\":\"candidate\",\"term\":4,\"commit_index\":0,\"applied_index\":0,"
@@ -88,6 +90,7 @@ static void one_node_view(void **state)
     assert_text(
         text,
         "Cluster as node 2 sees it: ready, meta leader 1, meta index 12, meta voter yes\n"
+        "Meta group: 3 seats, members 1, 2, 3, 4 (learner)\n"
         "\n"
         "NODES\n"
         "  ID  AZ   HOST        STATE   CLIENT          PEER            CONNECTED\n"
@@ -144,6 +147,7 @@ static void all_views(void **state)
     assert_text(
         text,
         "Cluster as node 2 sees it: ready, meta leader 1, meta index 12, meta voter yes\n"
+        "Meta group: 3 seats, members 1, 2, 3, 4 (learner)\n"
         "\n"
         "NODES\n"
         "  ID  AZ   HOST        STATE   CLIENT          PEER            CONNECTED\n"
