@@ -5704,6 +5704,18 @@ static bool never_led(rcluster *c, uint64_t pid)
  * (join_allowed), so a replica joining a child gets a full copy. One that its SPLIT
  * listed copies the child's first state instead while a replica the SPLIT made is still
  * at it (seed_child), and then starts from the record that copy brings. */
+/* Whether this node's log holds `pid`'s entries from the first on: a replica that ran here
+ * and restarts from its log, not an empty one that must be fed (join_allowed). Its engine
+ * may hold nothing of it durably: after the whole cluster stopped at once (a power cut)
+ * before any engine flush, every replica of a partition that moved or split is so, and
+ * each waited for the others to hold it whole, which none did: the partition never
+ * restarted. */
+static bool log_from_start(const rcluster *c, uint64_t pid)
+{
+    wal_group_info gi;
+    return wal_group_state(c->log, pid, &gi, NULL) == 0 && gi.last_index > 0 && gi.first_index <= 1;
+}
+
 static void start_replica(rcluster *c, const meta_partition *mp, meta_role role)
 {
     split_range rg;
@@ -5720,7 +5732,7 @@ static void start_replica(rcluster *c, const meta_partition *mp, meta_role role)
     if (local_overlap(c, mp->id, d.table_id, d.hash_lo, d.hash_hi))
         return;
     bool bootstraps = (have && rg.n_members > 0) || (mp->epoch == 1 && role == META_VOTER);
-    if (!bootstraps && lsm_durable_index(c->engine, mp->id) == 0) {
+    if (!bootstraps && lsm_durable_index(c->engine, mp->id) == 0 && !log_from_start(c, mp->id)) {
         /* No record at all: maybe a listed node that missed the child's SPLIT (seed_child). */
         if (!have && seed_busy(c, mp->id))
             return;

@@ -21,6 +21,11 @@ outside it. A table with items. Then:
  e) node 5 drained and activated again at once: whether its seat started to move or not,
     the group ends with three voters and no learner (a seat taken while the leaving voter
     came back leaves one voter too many, which is taken out).
+ f) every node killed at once (SIGKILL) and restarted: the cluster comes back with the
+    same seats (late members rejoin their group, none bootstraps one), every partition
+    elects a leader, the tags and items are there. (Partitions that had moved, with
+    nothing of them flushed by any engine, used to stay without a replica for good: each
+    node took its own for an empty one, to be fed by the others.)
 After each step every live node shows the same members (GET /admin/cluster "meta_group"),
 the members run the group and the others do not, and every item reads back strongly.
 Every wait polls a condition with a deadline. KEEP=1 keeps the nodes' logs.
@@ -97,6 +102,16 @@ def settled(cl, live, voters):
     return True
 
 
+def all_led(cl, live):
+    """Every partition of the map has a replica that says it leads, on some live node."""
+    views = [cl.admin(n) for n in live]
+    if any(v is None for v in views):
+        return False
+    led = {p["id"] for v in views for p in v["partitions"]
+           if (p.get("local") or {}).get("state") == "leader"}
+    return all(p["id"] in led for p in views[0]["partitions"])
+
+
 def read_all(c, items):
     for k, v in items.items():
         got = c.get_item(TableName=TABLE, Key={"pk": {"S": k}}, ConsistentRead=True)
@@ -113,6 +128,22 @@ def strata(cli, cl, nid, *args):
 
 def tags(c, arn):
     return {t["Key"]: t["Value"] for t in c.list_tags_of_resource(ResourceArn=arn)["Tags"]}
+
+
+def dump(cl):
+    """What each live node says of the meta group and its partitions (on a failure)."""
+    for n in sorted(cl.procs):
+        a = cl.admin(n)
+        if a is None:
+            log("node %d: no answer" % n)
+            continue
+        log("node %d: ready %s, meta voter %s, leader %s, index %s, seats %s" % (
+            n, a["ready"], a["meta_voter"], a["meta_leader"], a["meta_index"], seats(a)))
+        for p in a["partitions"]:
+            loc = p.get("local") or {}
+            log("  p%d members %s leader hint %s: %s term %s commit %s applied %s last %s" % (
+                p["id"], p["members"], p["leader"], loc.get("state"), loc.get("term"),
+                loc.get("commit_index"), loc.get("applied_index"), loc.get("last_index")))
 
 
 def main():
@@ -182,8 +213,22 @@ def main():
                    "three voters, no learner")
         poll(lambda: settled(cl, [1, 2, 4, 5], set(end)), "every node agrees on %s" % end)
         log("seats after e): %s" % sorted(end))
+
+        log("f) every node killed at once and restarted: the same seats, nothing lost")
+        for n in (1, 2, 4, 5):
+            cl.kill(n)
+        for n in (1, 2, 4, 5):
+            cl.start(n)
+        poll(lambda: settled(cl, [1, 2, 4, 5], set(end)), "the cluster back with seats %s" % end)
+        poll(lambda: all_led(cl, [1, 2, 4, 5]), "every partition led after the restart")
+        c2 = client(cl.cports[1])
+        assert tags(c2, arn).get("step") == "d", tags(c2, arn)
+        read_all(c2, items)
         ok = True
         log("meta_seats: PASS")
+    except Exception:
+        dump(cl)
+        raise
     finally:
         harness.stop_all(list(cl.procs.values()), work, ok and not os.environ.get("KEEP"), log)
         for f in cl.logs.values():
