@@ -5692,6 +5692,18 @@ static bool never_led(rcluster *c, uint64_t pid)
            st.last_index <= 1 && st.leader == 0;
 }
 
+/* Whether this node's log holds `pid`'s entries from the first on: a replica that ran here
+ * and restarts from its log, not an empty one that must be fed (join_allowed). Its engine
+ * may hold nothing of it durably: after the whole cluster stopped at once (a power cut)
+ * before any engine flush, every replica of a partition that moved (its epoch past 1, so
+ * none bootstraps) is so, and each waited for the others to hold it whole, which none
+ * did: the partition never restarted. */
+static bool log_from_start(const rcluster *c, uint64_t pid)
+{
+    wal_group_info gi;
+    return wal_group_state(c->log, pid, &gi, NULL) == 0 && gi.last_index > 0 && gi.first_index <= 1;
+}
+
 /* Starts a replica the map gives this node. Its range is its record's (the range as of
  * its applied state), else the map's, recorded now. It waits while a local replica of
  * the same table still serves part of that range: a parent that has not applied the
@@ -5704,18 +5716,6 @@ static bool never_led(rcluster *c, uint64_t pid)
  * (join_allowed), so a replica joining a child gets a full copy. One that its SPLIT
  * listed copies the child's first state instead while a replica the SPLIT made is still
  * at it (seed_child), and then starts from the record that copy brings. */
-/* Whether this node's log holds `pid`'s entries from the first on: a replica that ran here
- * and restarts from its log, not an empty one that must be fed (join_allowed). Its engine
- * may hold nothing of it durably: after the whole cluster stopped at once (a power cut)
- * before any engine flush, every replica of a partition that moved or split is so, and
- * each waited for the others to hold it whole, which none did: the partition never
- * restarted. */
-static bool log_from_start(const rcluster *c, uint64_t pid)
-{
-    wal_group_info gi;
-    return wal_group_state(c->log, pid, &gi, NULL) == 0 && gi.last_index > 0 && gi.first_index <= 1;
-}
-
 static void start_replica(rcluster *c, const meta_partition *mp, meta_role role)
 {
     split_range rg;
