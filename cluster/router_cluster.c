@@ -190,6 +190,7 @@ enum {
 #define RELEASE_ASK_MS     500 /* a replica the map took away asks its leader this often */
 #define META_ORPHAN_MS     2000 /* a meta replica without a leader this long fetches the map */
 #define SEAT_TRANSFER_MS   1000 /* a leaving meta leader tries a hand-over this often */
+#define LOG_SWEEP_MS       5000 /* logs of dropped partitions are looked for this often */
 /* The result of a write whose key the partition no longer owns (a split moved it): not
  * applied, so the router sends it again to the partition that owns it now. 0xFF starts
  * no protobuf message (field 31, wire type 7), so no PartitionWriteResult looks like it. */
@@ -417,6 +418,7 @@ struct rcluster {
     uint64_t meta_leaderless_since; /* when its replica last lost sight of a leader; 0 */
     uint64_t meta_release_asked_at;
     uint64_t seat_transfer_at;
+    uint64_t log_swept_at; /* sweep_dropped_logs */
     meta_state *meta;
     uint64_t meta_index;       /* last meta command reflected in `meta` */
     uint64_t meta_leader_hint; /* for nodes outside the meta group */
@@ -2378,6 +2380,9 @@ static int apply_partition(rcluster *c, uint64_t group, uint64_t index, const vo
 
 static void drop_later(rcluster *c, uint32_t table_id)
 {
+    for (size_t i = 0; i < c->n_drops; i++)
+        if (c->drops[i] == table_id)
+            return; /* queued already */
     if (c->n_drops == c->cap_drops) {
         size_t cap = c->cap_drops ? c->cap_drops * 2 : 8;
         uint32_t *d = realloc(c->drops, cap * sizeof *d);
@@ -6080,6 +6085,9 @@ static void reconcile_groups(rcluster *c)
         wal_drop_group(c->log, id, NULL, NULL, NULL);
         if (mp != NULL)
             delete_replica_data(c, &lp->desc); /* moved away; a dropped table goes whole */
+        else if (meta_table_find(c->meta, lp->desc.table_id) == NULL)
+            drop_later(c, lp->desc.table_id); /* a node outside the meta group applies no
+                                               * TABLE_DROP: its map is fetched */
         range_forget(c, id);
         lpart_remove(c, lp);
     }
@@ -6269,6 +6277,61 @@ static void delete_dropped(rcluster *c)
             return; /* next tick */
         c->n_drops--;
     }
+}
+
+/*
+ * Logs of dropped partitions that no replica here ever started again: the node was down
+ * when their table was dropped (its map, replayed or fetched at start, no longer lists
+ * them, so reconcile_groups never met them), or it left the meta group without its log's
+ * drop reaching the disk. They would pin their log segments for good. The map hands out
+ * partition ids in order and takes a partition away only with its table, so an id below
+ * meta_next_partition_id that the map lacks is a dropped table's, however old this node's
+ * copy of the map: its log goes, and the table's data too when the partition's range
+ * record names it. (A replica moved away while the node was down keeps its log: the map
+ * still lists the partition, and a map behind could miss a move back to this node.)
+ */
+static void sweep_dropped_logs(rcluster *c)
+{
+    if (!c->formed || c->meta_index == 0)
+        return;
+    size_t n = wal_groups(c->log, NULL, 0);
+    uint64_t *ids = n ? malloc(n * sizeof *ids) : NULL;
+    if (ids == NULL)
+        return;
+    n = wal_groups(c->log, ids, n);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t id = ids[i];
+        bool gone = id == META_GROUP
+                        ? !c->voter
+                        : id < meta_next_partition_id(c->meta) &&
+                              meta_partition_find(c->meta, id) == NULL && lpart_find(c, id) == NULL;
+        if (!gone)
+            continue;
+        split_range rg;
+        if (id != META_GROUP && range_read(c, id, &rg) == 1 &&
+            meta_table_find(c->meta, rg.table_id) == NULL)
+            drop_later(c, rg.table_id);
+        wal_drop_group(c->log, id, NULL, NULL, NULL);
+        fprintf(stderr,
+                "stratad: log group %" PRIu64 " belongs to no replica any more (%s): "
+                "dropped\n",
+                id, id == META_GROUP ? "the meta group, left" : "a dropped table");
+    }
+    free(ids);
+}
+
+/* Groups in the log that no replica here runs. */
+static size_t unclaimed_logs(const rcluster *c)
+{
+    size_t n = wal_groups(c->log, NULL, 0), out = 0;
+    uint64_t *ids = n ? malloc(n * sizeof *ids) : NULL;
+    if (ids == NULL)
+        return 0;
+    n = wal_groups(c->log, ids, n);
+    for (size_t i = 0; i < n; i++)
+        out += ids[i] == META_GROUP ? !c->voter : lpart_find(c, ids[i]) == NULL;
+    free(ids);
+    return out;
 }
 
 static void reconcile(rcluster *c)
@@ -6482,6 +6545,10 @@ static void on_tick(uv_timer_t *t)
     register_self(c);
     snapshots_tick(c);
     reconcile(c);
+    if (now_ms(c) - c->log_swept_at >= LOG_SWEEP_MS) {
+        c->log_swept_at = now_ms(c);
+        sweep_dropped_logs(c);
+    }
     follow_map_configs(c);
     follow_meta_config(c);
     follow_map_leaders(c);
@@ -7059,6 +7126,10 @@ void rcluster_status_json(rcluster *c, buf *out)
                ",\"memtables\":%d,\"memtable_bytes\":%zu,\"level0_files\":%d},",
                es.flushes, es.compactions, es.write_stalls, es.paced_ms, es.memtables,
                es.memtable_bytes, es.files[0]);
+    wal_stats ws;
+    wal_get_stats(c->log, &ws);
+    buf_printf(out, "\"log\":{\"groups\":%zu,\"unclaimed\":%zu,\"segments\":%" PRIu64 "},",
+               wal_groups(c->log, NULL, 0), unclaimed_logs(c), ws.segments);
     buf_printf(out, "\"nodes\":[");
     for (size_t i = 0; i < meta_node_count(c->meta); i++) {
         const meta_node *n = meta_node_at(c->meta, i);

@@ -25,8 +25,8 @@ Then with replicas down: node 5 killed, DeleteTable still answers at once (nodes
 are a majority of every partition). With node 4 killed too, partitions of nodes 3, 4 and 5
 cannot confirm: DeleteTable answers 503 (ServiceUnavailable) once its 8 s budget is spent,
 and the table is gone all the same. Nodes 4 and 5, restarted after that drop (which they
-missed), start no replica of the dropped table, and the table made again takes writes
-through them.
+missed), start no replica of the dropped table (their logs drop its groups), and the table
+made again takes writes through them.
 Every wait polls a condition with a deadline.
 """
 import json
@@ -255,8 +255,13 @@ def main():
                 local = {rep["partition"] for rep in json.load(r)["replicas"]}
             assert local <= current, "node %d runs replicas %s outside the map %s" % (
                 i + 1, sorted(local - current), sorted(current))
-        log("restart after the drop: nodes 4 and 5 run no replica of the dropped table; %d "
-            "puts through them read back" % len(keys))
+        # Nor do their logs keep the dropped partitions' groups (which would pin their
+        # segments for good): every group in a log is one the node runs.
+        for i in (3, 4):
+            poll(lambda: harness.admin(cports[i])["log"]["unclaimed"] == 0,
+                 "node %d's log holds only groups it runs" % (i + 1), 30)
+        log("restart after the drop: nodes 4 and 5 run no replica of the dropped table and "
+            "their logs hold none; %d puts through them read back" % len(keys))
         ok = True
     finally:
         harness.stop_all(procs, work, ok, log)
