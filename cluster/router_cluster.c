@@ -3179,9 +3179,10 @@ static void on_config_changed(void *data, const raft_host_outcome *out)
     config_change *ch = data;
     if (out->code != ERR_NONE && !ch->c->closing)
         fprintf(stderr,
-                "stratad: partition %" PRIu64 ": configuration change (entry %" PRIu64
+                "stratad: %s %" PRIu64 ": configuration change (entry %" PRIu64
                 ") did not commit, leader now %" PRIu64 "; the leader retries\n",
-                ch->pid, out->index, out->leader_hint);
+                ch->pid == META_GROUP ? "group" : "partition", ch->pid, out->index,
+                out->leader_hint);
     free(ch);
 }
 
@@ -3207,6 +3208,34 @@ static void change_pending_note(rcluster *c, lpart *lp)
             st.last_index);
 }
 
+/* Proposes `next` as the configuration of `group` (partition or meta group), which this
+ * node leads; a refusal is said, ERR_BUSY only once in a while (a promoted replica has
+ * yet to hear of it, and the change is tried again every tick). */
+static void propose_config(rcluster *c, uint64_t group, const raft_host_member *next, size_t nn)
+{
+    char what[48];
+    if (group == META_GROUP)
+        snprintf(what, sizeof what, "meta group");
+    else
+        snprintf(what, sizeof what, "partition %" PRIu64, group);
+    strata_err err;
+    config_change *ch = malloc(sizeof *ch);
+    if (ch == NULL)
+        return; /* next tick */
+    *ch = (config_change){c, group};
+    if (raft_host_change(c->host, group, next, nn, on_config_changed, ch, &err) == 0) {
+        fprintf(stderr, "stratad: %s: configuration change to %zu members\n", what, nn);
+        return;
+    }
+    free(ch);
+    uint64_t now = uv_now(c->loop);
+    if (err.code != ERR_BUSY || now >= c->busy_change_logged_ms + 10000) {
+        if (err.code == ERR_BUSY)
+            c->busy_change_logged_ms = now;
+        fprintf(stderr, "stratad: %s: configuration change refused: %s\n", what, err.msg);
+    }
+}
+
 /* On partition leaders: Raft configurations follow the map. */
 static void follow_map_configs(rcluster *c)
 {
@@ -3227,28 +3256,8 @@ static void follow_map_configs(rcluster *c)
             continue;
         }
         lp->change_pending_since = 0;
-        if (!next_config(mp, cur, n, next, &nn))
-            continue;
-        strata_err err;
-        config_change *ch = malloc(sizeof *ch);
-        if (ch == NULL)
-            continue; /* next tick */
-        *ch = (config_change){c, lp->id};
-        if (raft_host_change(c->host, lp->id, next, nn, on_config_changed, ch, &err) < 0) {
-            free(ch);
-            /* ERR_BUSY (a promoted replica has yet to hear of it) is retried every tick:
-             * said once in a while, not ten times a second. */
-            uint64_t now = uv_now(c->loop);
-            if (err.code != ERR_BUSY || now >= c->busy_change_logged_ms + 10000) {
-                if (err.code == ERR_BUSY)
-                    c->busy_change_logged_ms = now;
-                fprintf(stderr,
-                        "stratad: partition %" PRIu64 ": configuration change refused: %s\n",
-                        lp->id, err.msg);
-            }
-        } else
-            fprintf(stderr, "stratad: partition %" PRIu64 ": configuration change to %zu members\n",
-                    lp->id, nn);
+        if (next_config(mp, cur, n, next, &nn))
+            propose_config(c, lp->id, next, nn);
     }
 }
 
@@ -3817,26 +3826,10 @@ static void follow_meta_config(rcluster *c)
     bool keeps_self = false;
     for (size_t i = 0; i < nn; i++)
         keeps_self = keeps_self || next[i].id == c->self;
-    if (!keeps_self) {
+    if (keeps_self)
+        propose_config(c, META_GROUP, next, nn);
+    else
         seat_hand_over(c, g);
-        return;
-    }
-    config_change *ch = malloc(sizeof *ch);
-    strata_err err;
-    if (ch == NULL)
-        return; /* next tick */
-    *ch = (config_change){c, META_GROUP};
-    if (raft_host_change(c->host, META_GROUP, next, nn, on_config_changed, ch, &err) < 0) {
-        free(ch);
-        uint64_t now = uv_now(c->loop);
-        if (err.code != ERR_BUSY || now >= c->busy_change_logged_ms + 10000) {
-            if (err.code == ERR_BUSY)
-                c->busy_change_logged_ms = now;
-            fprintf(stderr, "stratad: meta group: configuration change refused: %s\n", err.msg);
-        }
-    } else {
-        fprintf(stderr, "stratad: meta group: configuration change to %zu members\n", nn);
-    }
 }
 
 static void on_group_status(void *ctx, int status, const strata_err *err, const uint8_t *data,
@@ -6279,6 +6272,17 @@ static void delete_dropped(rcluster *c)
     }
 }
 
+/* The ids of the groups the log holds (malloc'd, *n of them), NULL when none or out of
+ * memory. */
+static uint64_t *log_group_ids(const rcluster *c, size_t *n)
+{
+    *n = wal_groups(c->log, NULL, 0);
+    uint64_t *ids = *n ? malloc(*n * sizeof *ids) : NULL;
+    if (ids != NULL)
+        *n = wal_groups(c->log, ids, *n);
+    return ids;
+}
+
 /*
  * Logs of dropped partitions that no replica here ever started again: the node was down
  * when their table was dropped (its map, replayed or fetched at start, no longer lists
@@ -6292,14 +6296,9 @@ static void delete_dropped(rcluster *c)
  */
 static void sweep_dropped_logs(rcluster *c)
 {
-    if (!c->formed || c->meta_index == 0)
-        return;
-    size_t n = wal_groups(c->log, NULL, 0);
-    uint64_t *ids = n ? malloc(n * sizeof *ids) : NULL;
-    if (ids == NULL)
-        return;
-    n = wal_groups(c->log, ids, n);
-    for (size_t i = 0; i < n; i++) {
+    size_t n;
+    uint64_t *ids = c->formed && c->meta_index != 0 ? log_group_ids(c, &n) : NULL;
+    for (size_t i = 0; ids != NULL && i < n; i++) {
         uint64_t id = ids[i];
         bool gone = id == META_GROUP
                         ? !c->voter
@@ -6323,12 +6322,9 @@ static void sweep_dropped_logs(rcluster *c)
 /* Groups in the log that no replica here runs. */
 static size_t unclaimed_logs(const rcluster *c)
 {
-    size_t n = wal_groups(c->log, NULL, 0), out = 0;
-    uint64_t *ids = n ? malloc(n * sizeof *ids) : NULL;
-    if (ids == NULL)
-        return 0;
-    n = wal_groups(c->log, ids, n);
-    for (size_t i = 0; i < n; i++)
+    size_t n, out = 0;
+    uint64_t *ids = log_group_ids(c, &n);
+    for (size_t i = 0; ids != NULL && i < n; i++)
         out += ids[i] == META_GROUP ? !c->voter : lpart_find(c, ids[i]) == NULL;
     free(ids);
     return out;
