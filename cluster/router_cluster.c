@@ -418,7 +418,7 @@ struct rcluster {
     uint64_t meta_leaderless_since; /* when its replica last lost sight of a leader; 0 */
     uint64_t meta_release_asked_at;
     uint64_t seat_transfer_at;
-    uint64_t log_swept_at; /* sweep_dropped_logs */
+    uint64_t log_swept_at; /* sweep_logs */
     meta_state *meta;
     uint64_t meta_index;       /* last meta command reflected in `meta` */
     uint64_t meta_leader_hint; /* for nodes outside the meta group */
@@ -3852,8 +3852,11 @@ static void on_group_status(void *ctx, int status, const strata_err *err, const 
     free(p);
 }
 
-/* Node liveness as the meta leader sees it: unreachable for DOWN_AFTER_MS -> DOWN;
- * reachable again -> ACTIVE. Returns true when it proposed something. */
+/* Node liveness as the meta leader sees it: an ACTIVE node unreachable for DOWN_AFTER_MS
+ * -> DOWN; reachable again -> ACTIVE. A DRAINING node stays DRAINING while unreachable
+ * (its replicas move off all the same, and its seat): marked DOWN, it would come back
+ * ACTIVE and take replicas again, the operator's drain forgotten. Returns true when it
+ * proposed something. */
 static bool schedule_liveness(rcluster *c)
 {
     uint64_t now = now_ms(c);
@@ -3867,8 +3870,7 @@ static bool schedule_liveness(rcluster *c)
         else if (ps->down_since == 0)
             ps->down_since = now;
         meta_node_state want = n->state;
-        if ((n->state == META_NODE_ACTIVE || n->state == META_NODE_DRAINING) && !ps->connected &&
-            now - ps->down_since >= DOWN_AFTER_MS)
+        if (n->state == META_NODE_ACTIVE && !ps->connected && now - ps->down_since >= DOWN_AFTER_MS)
             want = META_NODE_DOWN;
         else if (n->state == META_NODE_DOWN && ps->connected)
             want = META_NODE_ACTIVE;
@@ -5992,28 +5994,36 @@ static void on_release_status(void *ctx, int status, const strata_err *err, cons
     }
 }
 
-static void ask_release(rcluster *c, lpart *lp, const meta_partition *mp)
+/* Asks every other member of `mp` whether its committed configuration of the partition
+ * leaves this node out (STATUS_RELEASED); `cb` hears each answer, its ctx a malloc'd
+ * release_probe it frees. */
+static void ask_members_released(rcluster *c, const meta_partition *mp, rpc_call_cb cb)
 {
-    uint64_t now = now_ms(c);
-    if (lp->release_asked_at != 0 && now - lp->release_asked_at < RELEASE_ASK_MS)
-        return;
-    lp->release_asked_at = now;
     buf b;
     buf_init(&b, 0);
-    buf_put_varint(&b, lp->id);
+    buf_put_varint(&b, mp->id);
     for (uint32_t k = 0; k < mp->n_members && !b.failed; k++) {
         uint64_t node = mp->members[k].node;
         release_probe *p = malloc(sizeof *p);
         strata_err err;
         if (p == NULL)
             break;
-        *p = (release_probe){.c = c, .pid = lp->id};
+        *p = (release_probe){.c = c, .pid = mp->id};
         if (node == c->self || !node_usable(c, node) ||
-            rpc_call(c->rpc, node, MSG_GROUP_STATUS, b.data, b.len, ATTEMPT_DEADLINE_MS,
-                     on_release_status, p, &err) < 0)
+            rpc_call(c->rpc, node, MSG_GROUP_STATUS, b.data, b.len, ATTEMPT_DEADLINE_MS, cb, p,
+                     &err) < 0)
             free(p);
     }
     buf_free(&b);
+}
+
+static void ask_release(rcluster *c, lpart *lp, const meta_partition *mp)
+{
+    uint64_t now = now_ms(c);
+    if (lp->release_asked_at != 0 && now - lp->release_asked_at < RELEASE_ASK_MS)
+        return;
+    lp->release_asked_at = now;
+    ask_members_released(c, mp, on_release_status);
 }
 
 /* Whether this node may stop and delete its replica `lp`, which the map no longer gives
@@ -6284,26 +6294,35 @@ static uint64_t *log_group_ids(const rcluster *c, size_t *n)
 }
 
 /*
- * Logs of dropped partitions that no replica here ever started again: the node was down
- * when their table was dropped (its map, replayed or fetched at start, no longer lists
- * them, so reconcile_groups never met them), or it left the meta group without its log's
- * drop reaching the disk. They would pin their log segments for good. The map hands out
+ * Logs that no replica here runs, found every LOG_SWEEP_MS; they would pin their log
+ * segments for good.
+ *
+ * A dropped table's partition: the node was down when its table was dropped (its map,
+ * replayed or fetched at start, no longer lists it, so reconcile_groups never met it), or
+ * it left the meta group without its log's drop reaching the disk. The map hands out
  * partition ids in order and takes a partition away only with its table, so an id below
  * meta_next_partition_id that the map lacks is a dropped table's, however old this node's
  * copy of the map: its log goes, and the table's data too when the partition's range
- * record names it. (A replica moved away while the node was down keeps its log: the map
- * still lists the partition, and a map behind could miss a move back to this node.)
+ * record names it.
+ *
+ * A replica the map moved away while the node was down (restart_leftover).
  */
-static void sweep_dropped_logs(rcluster *c)
+static void restart_leftover(rcluster *c, const meta_partition *mp);
+
+static void sweep_logs(rcluster *c)
 {
     size_t n;
     uint64_t *ids = c->formed && c->meta_index != 0 ? log_group_ids(c, &n) : NULL;
     for (size_t i = 0; ids != NULL && i < n; i++) {
         uint64_t id = ids[i];
-        bool gone = id == META_GROUP
-                        ? !c->voter
-                        : id < meta_next_partition_id(c->meta) &&
-                              meta_partition_find(c->meta, id) == NULL && lpart_find(c, id) == NULL;
+        if (id != META_GROUP && lpart_find(c, id) != NULL)
+            continue;
+        const meta_partition *mp = id == META_GROUP ? NULL : meta_partition_find(c->meta, id);
+        if (mp != NULL) {
+            restart_leftover(c, mp);
+            continue;
+        }
+        bool gone = id == META_GROUP ? !c->voter : id < meta_next_partition_id(c->meta);
         if (!gone)
             continue;
         split_range rg;
@@ -6317,6 +6336,63 @@ static void sweep_dropped_logs(rcluster *c)
                 id, id == META_GROUP ? "the meta group, left" : "a dropped table");
     }
     free(ids);
+}
+
+/*
+ * A replica the map moved away while this node was down: the map lists the partition
+ * without this node, so reconcile_groups starts nothing for it, and its log and data
+ * would stay. It cannot simply be dropped: the partition's Raft configuration may still
+ * count it (the leader could not commit the change without it, see "Dropping a replica
+ * the map took away"), and a voter that loses its log may vote twice in a term.
+ *   - One that can restart by itself (its state in the engine, or its log from the first
+ *     entry) restarts as any restarted replica does (start_replica) and votes again;
+ *     reconcile_groups then lets it go the usual way once the configuration leaves it
+ *     out, log and data. Should the map give the partition back to this node first, it
+ *     simply runs on. A local replica that now serves part of its range makes
+ *     start_replica wait. (Its epoch is past 1, since the map moved it: it never
+ *     bootstraps.)
+ *   - Any other (its state lost with the engine's memtable: it would have to be fed,
+ *     which no member does for a replica the map left out) asks the partition's members
+ *     (ask_members_released); once one answers that its committed configuration leaves
+ *     this node out, the log goes, with the range record. Its range's data is left to
+ *     whatever replica starts there next, which wipes stale data (start_replica).
+ */
+static void on_leftover_status(void *ctx, int status, const strata_err *err, const uint8_t *data,
+                               size_t len)
+{
+    rcluster *c = ((release_probe *)ctx)->c;
+    uint64_t pid = ((release_probe *)ctx)->pid;
+    wal_group_info gi;
+    (void)err;
+    free(ctx);
+    if (status != 0 || len < 1 || !(data[0] & STATUS_RELEASED) || c->closing)
+        return;
+    const meta_partition *mp = meta_partition_find(c->meta, pid);
+    if (mp == NULL || meta_partition_has(mp, c->self, NULL) || lpart_find(c, pid) != NULL ||
+        wal_group_state(c->log, pid, &gi, NULL) < 0)
+        return; /* given back, restarted or dropped meanwhile */
+    wal_drop_group(c->log, pid, NULL, NULL, NULL);
+    range_forget(c, pid);
+    fprintf(stderr,
+            "stratad: log group %" PRIu64 " belongs to no replica any more (a replica "
+            "moved away while this node was down, its state lost): dropped\n",
+            pid);
+}
+
+static void restart_leftover(rcluster *c, const meta_partition *mp)
+{
+    if (meta_partition_has(mp, c->self, NULL))
+        return;
+    if (lsm_durable_index(c->engine, mp->id) == 0 && !log_from_start(c, mp->id)) {
+        ask_members_released(c, mp, on_leftover_status);
+        return;
+    }
+    start_replica(c, mp, META_LEARNER);
+    if (lpart_find(c, mp->id) != NULL)
+        fprintf(stderr,
+                "stratad: partition %" PRIu64 " moved away while this node was down: its "
+                "replica restarts from its log until its Raft group lets it go\n",
+                mp->id);
 }
 
 /* Groups in the log that no replica here runs. */
@@ -6543,7 +6619,7 @@ static void on_tick(uv_timer_t *t)
     reconcile(c);
     if (now_ms(c) - c->log_swept_at >= LOG_SWEEP_MS) {
         c->log_swept_at = now_ms(c);
-        sweep_dropped_logs(c);
+        sweep_logs(c);
     }
     follow_map_configs(c);
     follow_meta_config(c);

@@ -18,14 +18,18 @@ Usage: membership.py STRATAD STRATA
     new replicas agree with the others (digests), then node 1 drains again.
     `strata node remove 1`: returns once node 1 runs no replica; node 1 is REMOVED; every
     partition's replicas agree (digests).
- 5. A fifth node (az1) joins and gets its share; it is killed for good: the meta leader
+ 5. A fifth node (az1) joins and gets its share; it is killed: the meta leader
     marks it DOWN after 10 s and, past replace_after (--replace-after 5 here), re-creates its
     replicas on the other az1 node; every write is still there.
+ 6. Node 5, drained while down, restarts with its data: its replicas, moved away while it
+    was down, restart from their logs until their Raft groups let them go; its log ends
+    holding no group (GET /admin/cluster "log": "unclaimed" 0). Activated, it gets 4
+    replicas back, equal to their peers.
 Leader balance: after the join, after the drain and after the replacement, partition
 leaders end within 1 of even over the nodes holding replicas (leaders follow the map's
 leader hints, which the scheduler keeps balanced); `strata leader rebalance` answers
 through any node, and `cluster status --all` shows leaders per node.
-Every wait polls a condition with a deadline.
+Every wait polls a condition with a deadline. KEEP=1 keeps the nodes' directories.
 """
 import json
 import os
@@ -381,6 +385,42 @@ def main():
         leaders_even(nodes, [2, 3, 4], "after node 5's replicas were re-created")
         log("down: node 5 killed; DOWN and its replicas re-created on node 4 within %.1f s; "
             "%d writes all there" % (time.time() - t0, len(acked)))
+
+        # Node 5 comes back with its data, drained while it was down so that the map
+        # gives it nothing: its replicas, all moved away meanwhile, each restart from their
+        # logs until their groups let them go, with their data, so that no log group stays
+        # behind pinning log segments. Activated, it gets 4 replicas back: fresh copies.
+        t0 = time.time()
+        log(strata(cli, nodes[1], "node", "drain", "5").strip())
+        nodes[4].killed = False
+        nodes[4].start(stratad)
+        poll(lambda: replicas(nodes[1], 5)[1] == "DRAINING", "node 5 back, DRAINING", 60)
+
+        def runs(node, n):
+            a = node.admin()
+            return (a is not None and a["log"]["unclaimed"] == 0 and lingering(node) == 0
+                    and len([p for p in a["partitions"] if "local" in p]) == n)
+        try:
+            poll(lambda: runs(nodes[4], 0), "node 5 back: it runs no replica, its log holds none")
+        except AssertionError:
+            a = nodes[4].admin() or {}
+            log("node 5: log %s, local replicas %s" % (
+                a.get("log"), [p["id"] for p in a.get("partitions", []) if "local" in p]))
+            raise
+        with open(nodes[4].log) as f:
+            text = f.read()
+        restarted = text.count("moved away while this node was down: its replica restarts")
+        lost = text.count("moved away while this node was down, its state lost")
+        assert restarted + lost == 4, "node 5 let %d + %d old replicas go, not 4" % (
+            restarted, lost)
+        log("back: node 5, drained while down, let its 4 old replicas go (%d restarted from "
+            "their logs, %d with their state lost) within %.1f s"
+            % (restarted, lost, time.time() - t0))
+        log(strata(cli, nodes[1], "node", "activate", "5").strip())
+        poll(lambda: runs(nodes[4], 4) and replicas(nodes[1], 4)[0] == 4
+             and digests_agree(nodes[1:5]), "node 5 activated: 4 replicas, agreeing")
+        log("back: node 5 activated: 4 replicas, equal to their peers, in %.1f s"
+            % (time.time() - t0))
         ok = True
         log("membership: ok")
     finally:
@@ -401,7 +441,10 @@ def main():
             for n in nodes:
                 with open(n.log) as f:
                     sys.stderr.write("---- node %d ----\n%s" % (n.id, f.read()[-3000:]))
-        shutil.rmtree(work, ignore_errors=True)
+        if os.environ.get("KEEP") != "1":
+            shutil.rmtree(work, ignore_errors=True)
+        else:
+            log("kept " + work)
     return 0 if ok else 1
 
 
