@@ -6351,8 +6351,10 @@ static void sweep_logs(rcluster *c)
  *     simply runs on. A local replica that now serves part of its range makes
  *     start_replica wait. (Its epoch is past 1, since the map moved it: it never
  *     bootstraps.)
- *   - Any other (its state lost with the engine's memtable: it would have to be fed,
- *     which no member does for a replica the map left out) asks the partition's members
+ *   - Any other (its state lost with the engine's memtable: a copy from its leader that a
+ *     crash interrupted, since an installed copy is flushed at once and a log is compacted
+ *     only up to what the engine holds durably; it would have to be fed, which no member
+ *     does for a replica the map left out) asks the partition's members
  *     (ask_members_released); once one answers that its committed configuration leaves
  *     this node out, the log goes, with the range record. Its range's data is left to
  *     whatever replica starts there next, which wipes stale data (start_replica).
