@@ -761,7 +761,7 @@ void router_digests_json(router *r, buf *out)
     if (r->cl != NULL)
         rcluster_digests_json(r->cl, out);
     else
-        buf_printf(out, "{\"node_id\":0,\"replicas\":[]}");
+        buf_printf(out, "{\"node_id\":0,\"stray_items\":0,\"replicas\":[]}");
 }
 
 void router_status_json(router *r, buf *out)

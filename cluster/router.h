@@ -340,10 +340,12 @@ int router_rebalance_leaders(router *r, router_cb cb, void *ctx, strata_err *err
 int router_split(router *r, uint64_t partition_id, bool has_hash, uint64_t hash, router_cb cb,
                  void *ctx, strata_err *err);
 
-/* Appends {"node_id", "replicas": [{"partition", "applied_index", "commit_index", "items",
- * "digest", "complete"}]} (GET /admin/digests): an xxh3 over every key and value of each
- * local replica, for checking that replicas converged. Reads every item: not for hot
- * paths. On one node: {"node_id":0,"replicas":[]}. */
+/* Appends {"node_id", "stray_items", "replicas": [{"partition", "applied_index",
+ * "commit_index", "items", "digest", "complete"}]} (GET /admin/digests): an xxh3 over
+ * every key and value of each local replica, for checking that replicas converged, and
+ * how many item keys the engine holds outside every local replica (what a replica that
+ * left, or a dropped table, left behind). Reads every item: not for hot paths. On one
+ * node: {"node_id":0,"stray_items":0,"replicas":[]}. */
 void router_digests_json(router *r, buf *out);
 
 #endif

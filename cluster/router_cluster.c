@@ -7289,9 +7289,55 @@ static uint64_t replica_digest(rcluster *c, const lpart *lp, uint64_t *items)
     return d;
 }
 
+/* The local replica whose range holds item key `k` (klen >= 12), or NULL. */
+static const lpart *lpart_holding(const rcluster *c, const uint8_t *k)
+{
+    uint32_t table = (uint32_t)(get_be64(k) >> 32);
+    uint64_t hash = get_be64(k + 4);
+    for (size_t i = 0; i < c->n_parts; i++) {
+        const partition_desc *d = &c->parts[i].desc;
+        if (d->table_id == table && hash >= d->hash_lo && hash <= d->hash_hi)
+            return &c->parts[i];
+    }
+    return NULL;
+}
+
+/* Item keys in the engine that no local replica's range holds (GET /admin/digests): what a
+ * replica that left this node, or a dropped table, left behind. One pass over the item
+ * keys (tables from 1 on; table 0 is the catalog's), skipping each local replica's range
+ * with one seek. UINT64_MAX when the engine cannot be read. */
+static uint64_t stray_items(rcluster *c)
+{
+    static const uint8_t first_table[4] = {0, 0, 0, 1};
+    lsm_iter_options o = {.lower = first_table, .lower_len = sizeof first_table};
+    lsm_iter *it = lsm_iter_new(c->engine, &o, NULL);
+    if (it == NULL)
+        return UINT64_MAX;
+    uint64_t n = 0;
+    lsm_iter_first(it);
+    while (lsm_iter_valid(it)) {
+        size_t kl;
+        const uint8_t *k = lsm_iter_key(it, &kl);
+        const lpart *lp = kl >= 12 ? lpart_holding(c, k) : NULL;
+        if (lp == NULL) {
+            n++;
+            lsm_iter_next(it);
+            continue;
+        }
+        uint8_t lo[12], hi[12];
+        router_partition_bounds(&lp->desc, lo, hi);
+        lsm_iter_seek(it, hi, sizeof hi);
+    }
+    if (lsm_iter_status(it, NULL) < 0)
+        n = UINT64_MAX;
+    lsm_iter_free(it);
+    return n;
+}
+
 void rcluster_digests_json(rcluster *c, buf *out)
 {
-    buf_printf(out, "{\"node_id\":%" PRIu64 ",\"replicas\":[", c->self);
+    buf_printf(out, "{\"node_id\":%" PRIu64 ",\"stray_items\":%" PRIu64 ",\"replicas\":[", c->self,
+               stray_items(c));
     for (size_t i = 0; i < c->n_parts; i++) {
         lpart *lp = &c->parts[i];
         raft_host_group_stats st;

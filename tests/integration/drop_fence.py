@@ -256,12 +256,17 @@ def main():
             assert local <= current, "node %d runs replicas %s outside the map %s" % (
                 i + 1, sorted(local - current), sorted(current))
         # Nor do their logs keep the dropped partitions' groups (which would pin their
-        # segments for good): every group in a log is one the node runs.
+        # segments for good), nor their engines the dropped table's items: every group in a
+        # log and every item in an engine is one of a replica the node runs.
+        def stray(i):
+            with urllib.request.urlopen("http://127.0.0.1:%d/admin/digests" % cports[i],
+                                        timeout=5) as r:
+                return json.load(r)["stray_items"]
         for i in (3, 4):
-            poll(lambda: harness.admin(cports[i])["log"]["unclaimed"] == 0,
-                 "node %d's log holds only groups it runs" % (i + 1), 30)
+            poll(lambda: harness.admin(cports[i])["log"]["unclaimed"] == 0 and stray(i) == 0,
+                 "node %d's log and engine hold only replicas it runs" % (i + 1), 30)
         log("restart after the drop: nodes 4 and 5 run no replica of the dropped table and "
-            "their logs hold none; %d puts through them read back" % len(keys))
+            "their logs and engines hold none; %d puts through them read back" % len(keys))
         ok = True
     finally:
         harness.stop_all(procs, work, ok, log)

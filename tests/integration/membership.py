@@ -23,8 +23,9 @@ Usage: membership.py STRATAD STRATA
     replicas on the other az1 node; every write is still there.
  6. Node 5, drained while down, restarts with its data: its replicas, moved away while it
     was down, restart from their logs until their Raft groups let them go; its log ends
-    holding no group (GET /admin/cluster "log": "unclaimed" 0). Activated, it gets 4
-    replicas back, equal to their peers.
+    holding no group (GET /admin/cluster "log": "unclaimed" 0) and its engine no item
+    (GET /admin/digests "stray_items" 0). Activated, it gets 4 replicas back, equal to
+    their peers; no node's log or engine holds anything of a replica it does not run.
 Leader balance: after the join, after the drain and after the replacement, partition
 leaders end within 1 of even over the nodes holding replicas (leaders follow the map's
 leader hints, which the scheduler keeps balanced); `strata leader rebalance` answers
@@ -397,15 +398,19 @@ def main():
         poll(lambda: replicas(nodes[1], 5)[1] == "DRAINING", "node 5 back, DRAINING", 60)
 
         def runs(node, n):
-            a = node.admin()
-            return (a is not None and a["log"]["unclaimed"] == 0 and lingering(node) == 0
+            """node runs n replicas, its log no other group, its engine no other item."""
+            a, d = node.admin(), node.admin("/admin/digests")
+            return (a is not None and d is not None and a["log"]["unclaimed"] == 0
+                    and d["stray_items"] == 0 and lingering(node) == 0
                     and len([p for p in a["partitions"] if "local" in p]) == n)
         try:
-            poll(lambda: runs(nodes[4], 0), "node 5 back: it runs no replica, its log holds none")
+            poll(lambda: runs(nodes[4], 0),
+                 "node 5 back: it runs no replica, its log and engine hold none")
         except AssertionError:
-            a = nodes[4].admin() or {}
-            log("node 5: log %s, local replicas %s" % (
-                a.get("log"), [p["id"] for p in a.get("partitions", []) if "local" in p]))
+            a, d = nodes[4].admin() or {}, nodes[4].admin("/admin/digests") or {}
+            log("node 5: log %s, stray items %s, local replicas %s" % (
+                a.get("log"), d.get("stray_items"),
+                [p["id"] for p in a.get("partitions", []) if "local" in p]))
             raise
         with open(nodes[4].log) as f:
             text = f.read()
@@ -419,6 +424,16 @@ def main():
         log(strata(cli, nodes[1], "node", "activate", "5").strip())
         poll(lambda: runs(nodes[4], 4) and replicas(nodes[1], 4)[0] == 4
              and digests_agree(nodes[1:5]), "node 5 activated: 4 replicas, agreeing")
+        try:  # (nodes 2 and 3 are alone in their AZs)
+            poll(lambda: runs(nodes[1], 8) and runs(nodes[2], 8) and runs(nodes[3], 4),
+                 "nodes 2-4: 8, 8 and 4 replicas, no other log group or item")
+        except AssertionError:
+            for n in nodes[1:4]:
+                a, d = n.admin() or {}, n.admin("/admin/digests") or {}
+                log("node %d: log %s, stray items %s, local replicas %s" % (
+                    n.id, a.get("log"), d.get("stray_items"),
+                    [p["id"] for p in a.get("partitions", []) if "local" in p]))
+            raise
         log("back: node 5 activated: 4 replicas, equal to their peers, in %.1f s"
             % (time.time() - t0))
         ok = True
