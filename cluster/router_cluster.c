@@ -5977,6 +5977,12 @@ static void splits_step(rcluster *c)
  * RELEASE_ASK_MS). A leader removes itself and steps down first (reconcile_groups).
  */
 
+/* Whether an answer to MSG_GROUP_STATUS says that the asker is out of the group. */
+static bool says_released(int status, const uint8_t *data, size_t len)
+{
+    return status == 0 && len >= 1 && (data[0] & STATUS_RELEASED);
+}
+
 static void on_release_status(void *ctx, int status, const strata_err *err, const uint8_t *data,
                               size_t len)
 {
@@ -5984,7 +5990,7 @@ static void on_release_status(void *ctx, int status, const strata_err *err, cons
     uint64_t pid = ((release_probe *)ctx)->pid;
     (void)err;
     free(ctx);
-    if (status != 0 || len < 1 || !(data[0] & STATUS_RELEASED) || c->closing)
+    if (!says_released(status, data, len) || c->closing)
         return;
     lpart *lp = lpart_find(c, pid);
     const meta_partition *mp = meta_partition_find(c->meta, pid);
@@ -6179,9 +6185,10 @@ static void meta_seat_leave(rcluster *c)
 static void on_seat_release(void *ctx, int status, const strata_err *err, const uint8_t *data,
                             size_t len)
 {
-    rcluster *c = ctx;
+    rcluster *c = ((release_probe *)ctx)->c;
     (void)err;
-    if (status != 0 || len < 1 || !(data[0] & STATUS_RELEASED) || c->closing || !c->voter ||
+    free(ctx);
+    if (!says_released(status, data, len) || c->closing || !c->voter ||
         meta_partition_has(meta_group(c->meta), c->self, NULL))
         return;
     meta_seat_leave(c);
@@ -6198,17 +6205,7 @@ static bool meta_seat_released(rcluster *c, const meta_partition *g)
     if (c->meta_release_asked_at != 0 && now - c->meta_release_asked_at < RELEASE_ASK_MS)
         return false;
     c->meta_release_asked_at = now;
-    buf b;
-    buf_init(&b, 0);
-    buf_put_varint(&b, META_GROUP);
-    for (uint32_t k = 0; k < g->n_members && !b.failed; k++) {
-        uint64_t node = g->members[k].node;
-        strata_err err;
-        if (node != c->self && node_usable(c, node))
-            rpc_call(c->rpc, node, MSG_GROUP_STATUS, b.data, b.len, ATTEMPT_DEADLINE_MS,
-                     on_seat_release, c, &err);
-    }
-    buf_free(&b);
+    ask_members_released(c, g, on_seat_release); /* g->id is META_GROUP */
     return false;
 }
 
@@ -6367,7 +6364,7 @@ static void on_leftover_status(void *ctx, int status, const strata_err *err, con
     wal_group_info gi;
     (void)err;
     free(ctx);
-    if (status != 0 || len < 1 || !(data[0] & STATUS_RELEASED) || c->closing)
+    if (!says_released(status, data, len) || c->closing)
         return;
     const meta_partition *mp = meta_partition_find(c->meta, pid);
     if (mp == NULL || meta_partition_has(mp, c->self, NULL) || lpart_find(c, pid) != NULL ||
