@@ -160,6 +160,34 @@ def lingering(node):
     return n
 
 
+def holdings(node):
+    """(local replica ids, log groups no local replica runs, engine items outside every
+    local replica) of node, None if it does not answer."""
+    a, d = node.admin(), node.admin("/admin/digests")
+    if a is None or d is None:
+        return None
+    return (sorted(p["id"] for p in a["partitions"] if "local" in p), a["log"]["unclaimed"],
+            d["stray_items"])
+
+
+def holds_only(counts, what):
+    """Polls until each (node, n) of counts runs n replicas, none lingering, and its log
+    and engine hold nothing of any other replica."""
+    seen = {}
+
+    def only():
+        for node, n in counts:
+            seen[node.id] = h = holdings(node)
+            if h is None or len(h[0]) != n or h[1:] != (0, 0) or lingering(node) != 0:
+                return False
+        return True
+    try:
+        poll(only, what)
+    except AssertionError:
+        raise AssertionError("%s; last seen (replicas, unclaimed log groups, stray items): %s"
+                             % (what, seen))
+
+
 def all_led(node):
     a = node.admin()
     parts = [p for p in (a or {}).get("partitions", []) if p["table"] == TABLE]
@@ -397,21 +425,8 @@ def main():
         nodes[4].start(stratad)
         poll(lambda: replicas(nodes[1], 5)[1] == "DRAINING", "node 5 back, DRAINING", 60)
 
-        def runs(node, n):
-            """node runs n replicas, its log no other group, its engine no other item."""
-            a, d = node.admin(), node.admin("/admin/digests")
-            return (a is not None and d is not None and a["log"]["unclaimed"] == 0
-                    and d["stray_items"] == 0 and lingering(node) == 0
-                    and len([p for p in a["partitions"] if "local" in p]) == n)
-        try:
-            poll(lambda: runs(nodes[4], 0),
-                 "node 5 back: it runs no replica, its log and engine hold none")
-        except AssertionError:
-            a, d = nodes[4].admin() or {}, nodes[4].admin("/admin/digests") or {}
-            log("node 5: log %s, stray items %s, local replicas %s" % (
-                a.get("log"), d.get("stray_items"),
-                [p["id"] for p in a.get("partitions", []) if "local" in p]))
-            raise
+        holds_only([(nodes[4], 0)], "node 5 back: it runs no replica, its log and engine "
+                   "hold none")
         with open(nodes[4].log) as f:
             text = f.read()
         restarted = text.count("moved away while this node was down: its replica restarts")
@@ -422,18 +437,11 @@ def main():
             "their logs, %d with their state lost) within %.1f s"
             % (restarted, lost, time.time() - t0))
         log(strata(cli, nodes[1], "node", "activate", "5").strip())
-        poll(lambda: runs(nodes[4], 4) and replicas(nodes[1], 4)[0] == 4
-             and digests_agree(nodes[1:5]), "node 5 activated: 4 replicas, agreeing")
-        try:  # (nodes 2 and 3 are alone in their AZs)
-            poll(lambda: runs(nodes[1], 8) and runs(nodes[2], 8) and runs(nodes[3], 4),
-                 "nodes 2-4: 8, 8 and 4 replicas, no other log group or item")
-        except AssertionError:
-            for n in nodes[1:4]:
-                a, d = n.admin() or {}, n.admin("/admin/digests") or {}
-                log("node %d: log %s, stray items %s, local replicas %s" % (
-                    n.id, a.get("log"), d.get("stray_items"),
-                    [p["id"] for p in a.get("partitions", []) if "local" in p]))
-            raise
+        # (nodes 2 and 3 are alone in their AZs)
+        holds_only([(nodes[1], 8), (nodes[2], 8), (nodes[3], 4), (nodes[4], 4)],
+                   "node 5 activated: nodes 2-5 run 8, 8, 4 and 4 replicas, their logs and "
+                   "engines nothing of others")
+        poll(lambda: digests_agree(nodes[1:5]), "replicas agree after node 5 came back")
         log("back: node 5 activated: 4 replicas, equal to their peers, in %.1f s"
             % (time.time() - t0))
         ok = True
