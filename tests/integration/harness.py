@@ -35,10 +35,10 @@ def poll(cond, what, deadline_s, interval):
     raise AssertionError("timed out waiting for: " + what)
 
 
-def admin(cport):
-    """GET /admin/cluster of the node serving clients on `cport`, or None."""
+def admin(cport, path="/admin/cluster"):
+    """GET `path` (JSON) of the node serving clients on `cport`, or None."""
     try:
-        with urllib.request.urlopen("http://127.0.0.1:%d/admin/cluster" % cport, timeout=5) as r:
+        with urllib.request.urlopen("http://127.0.0.1:%d%s" % (cport, path), timeout=5) as r:
             return json.load(r)
     except (OSError, ValueError):
         return None
