@@ -158,6 +158,11 @@ typedef struct {
      * child's first state that this node makes (seed_child) are abandoned at their last
      * chunk, its items written but not the range record, as a copy cut short would be. */
     unsigned test_seed_abandons;
+    /* A test hook (STRATA_TEST_EXIT_MID_COPY, node/main.c): the process exits once the
+     * first chunk of a replica's copy from its leader (not the last one) is written and
+     * flushed, as a crash in the middle of a copy of a partition larger than the memtable
+     * would, leaving part of it in table files. */
+    bool test_exit_mid_copy;
 } router_cluster_config;
 
 typedef struct {

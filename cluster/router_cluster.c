@@ -478,6 +478,7 @@ struct rcluster {
     uint64_t split_heat_ms;
     bool test_exit_on_split; /* router_cluster_config's test hooks */
     unsigned test_seed_abandons;
+    bool test_exit_mid_copy;
     unsigned heartbeat_ms; /* the partition groups' (raft_host's default: 100) */
     bool sched_busy;             /* the scheduler waits for its last command or probe */
     unsigned transfers;          /* leadership transfers in flight from this node */
@@ -2540,14 +2541,23 @@ static int range_put(lsm_batch *b, uint64_t pid, const split_range *r, strata_er
     return rc;
 }
 
-/* Forgets a replica's range record (the replica went away). A failure leaves a record
- * that a later replica of the same id on this node would start from. */
+/* Puts into `b` the deletes of what a replica `pid` that goes away leaves in the catalog:
+ * its range record and the mark of a copy it was in the middle of. */
+static int replica_keys_delete(lsm_batch *b, uint64_t pid, strata_err *err)
+{
+    uint8_t rk[13], mk[13];
+    if (lsm_batch_delete(b, rk, range_key(rk, pid), err) < 0)
+        return -1;
+    return lsm_batch_delete(b, mk, install_mark_key(mk, pid), err);
+}
+
+/* Forgets a replica's range record and copy mark (the replica went away). A failure
+ * leaves a record that a later replica of the same id on this node would start from. */
 static void range_forget(rcluster *c, uint64_t pid)
 {
-    uint8_t k[13];
     lsm_batch *b = lsm_batch_new();
     strata_err err;
-    if (b != NULL && lsm_batch_delete(b, k, range_key(k, pid), &err) == 0)
+    if (b != NULL && replica_keys_delete(b, pid, &err) == 0)
         lsm_write(c->engine, b, 0, 0, &err);
     lsm_batch_free(b);
 }
@@ -2703,6 +2713,16 @@ static int snap_chunk_call(rcluster *c, uint64_t from, uint64_t pid, uint64_t si
 
 static void install_request(install *in);
 
+static void exit_mid_copy(void *arg, const strata_err *err)
+{
+    (void)err;
+    fprintf(stderr,
+            "stratad: partition %" PRIu64 ": a chunk of its copy written and flushed, and "
+            "STRATA_TEST_EXIT_MID_COPY is set: exiting\n",
+            ((install *)arg)->pid);
+    _exit(86);
+}
+
 /* Writes the chunk in in->chunk to the engine; the last one also records the source's
  * applied index for the partition and clears the mark. */
 static void install_apply_chunk(install *in)
@@ -2758,6 +2778,11 @@ static void install_apply_chunk(install *in)
     if (done) {
         in->in_flight = true;
         lsm_flush(c->engine, on_install_flushed, in); /* installed means durable */
+        return;
+    }
+    if (c->test_exit_mid_copy) {
+        in->in_flight = true;
+        lsm_flush(c->engine, exit_mid_copy, in);
         return;
     }
     install_request(in);
@@ -5704,6 +5729,20 @@ static bool log_from_start(const rcluster *c, uint64_t pid)
     return wal_group_state(c->log, pid, &gi, NULL) == 0 && gi.last_index > 0 && gi.first_index <= 1;
 }
 
+/* A replica's partition: its range record's table and range when it has one (`rg`), else
+ * the map's. */
+static partition_desc replica_desc(const meta_partition *mp, const split_range *rg)
+{
+    partition_desc d = {
+        .id = mp->id, .table_id = mp->table_id, .hash_lo = mp->hash_lo, .hash_hi = mp->hash_hi};
+    if (rg != NULL) {
+        d.table_id = rg->table_id;
+        d.hash_lo = rg->hash_lo;
+        d.hash_hi = rg->hash_hi;
+    }
+    return d;
+}
+
 /* Starts a replica the map gives this node. Its range is its record's (the range as of
  * its applied state), else the map's, recorded now. It waits while a local replica of
  * the same table still serves part of that range: a parent that has not applied the
@@ -5722,13 +5761,7 @@ static void start_replica(rcluster *c, const meta_partition *mp, meta_role role)
     int have = range_read(c, mp->id, &rg);
     if (have < 0)
         return;
-    partition_desc d = {
-        .id = mp->id, .table_id = mp->table_id, .hash_lo = mp->hash_lo, .hash_hi = mp->hash_hi};
-    if (have) {
-        d.table_id = rg.table_id;
-        d.hash_lo = rg.hash_lo;
-        d.hash_hi = rg.hash_hi;
-    }
+    partition_desc d = replica_desc(mp, have == 1 ? &rg : NULL);
     if (local_overlap(c, mp->id, d.table_id, d.hash_lo, d.hash_hi))
         return;
     bool bootstraps = (have && rg.n_members > 0) || (mp->epoch == 1 && role == META_VOTER);
@@ -6353,29 +6386,85 @@ static void sweep_logs(rcluster *c)
  *     only up to what the engine holds durably; it would have to be fed, which no member
  *     does for a replica the map left out) asks the partition's members
  *     (ask_members_released); once one answers that its committed configuration leaves
- *     this node out, the log goes, with the range record. Its range's data is left to
- *     whatever replica starts there next, which wipes stale data (start_replica).
+ *     this node out, what the copy left goes (forget_lost_copy), then the log.
  */
+
+/* pid's entry in the map while the map leaves this node out, no local replica runs it
+ * and its log group is still here; else NULL (given back, restarted or dropped). */
+static const meta_partition *leftover_log(rcluster *c, uint64_t pid)
+{
+    wal_group_info gi;
+    const meta_partition *mp = meta_partition_find(c->meta, pid);
+    if (mp == NULL || meta_partition_has(mp, c->self, NULL) || lpart_find(c, pid) != NULL ||
+        wal_group_state(c->log, pid, &gi, NULL) < 0)
+        return NULL;
+    return mp;
+}
+
+static void on_lost_copy_forgotten(void *arg, const strata_err *err)
+{
+    rcluster *c = ((release_probe *)arg)->c;
+    uint64_t pid = ((release_probe *)arg)->pid;
+    free(arg);
+    if ((err != NULL && err->code != ERR_NONE) || c->closing)
+        return; /* the next sweep asks again */
+    if (leftover_log(c, pid) == NULL)
+        return; /* given back, restarted or dropped meanwhile */
+    wal_drop_group(c->log, pid, NULL, NULL, NULL);
+    fprintf(stderr,
+            "stratad: log group %" PRIu64 " belongs to no replica any more (a replica "
+            "moved away while this node was down, its state lost): what its copy left "
+            "deleted, its log dropped\n",
+            pid);
+}
+
+/* Deletes what an interrupted copy into `mp`'s replica left in the engine (the items of
+ * its range that reached a table file, its range record, its copy mark), and drops the
+ * replica's log once that is durable: a crash in between finds the log again, and the
+ * next sweep asks and deletes again. The range is the record's (the copy wrote within
+ * it), else the map's. A local replica that meets that range (a split's child started
+ * here since) keeps its data: it wiped the range's stale items when it started. */
+static void forget_lost_copy(rcluster *c, const meta_partition *mp)
+{
+    split_range rg;
+    int have = range_read(c, mp->id, &rg);
+    if (have < 0)
+        return;
+    partition_desc d = replica_desc(mp, have == 1 ? &rg : NULL);
+    uint8_t lo[12], hi[12];
+    router_partition_bounds(&d, lo, hi);
+    lsm_batch *b = lsm_batch_new();
+    release_probe *p = malloc(sizeof *p);
+    strata_err err;
+    int rc = b != NULL && p != NULL ? 0 : strata_err_set(&err, ERR_NOMEM, "out of memory");
+    if (rc == 0 && !local_overlap(c, mp->id, d.table_id, d.hash_lo, d.hash_hi))
+        rc = lsm_batch_delete_range(b, lo, 12, hi, 12, &err);
+    if (rc == 0)
+        rc = replica_keys_delete(b, mp->id, &err);
+    if (rc == 0)
+        rc = lsm_write_forget(c->engine, b, mp->id, &err);
+    lsm_batch_free(b);
+    if (rc < 0) {
+        free(p); /* the next sweep asks again */
+        return;
+    }
+    *p = (release_probe){.c = c, .pid = mp->id};
+    lsm_flush(c->engine, on_lost_copy_forgotten, p);
+}
+
 static void on_leftover_status(void *ctx, int status, const strata_err *err, const uint8_t *data,
                                size_t len)
 {
     rcluster *c = ((release_probe *)ctx)->c;
     uint64_t pid = ((release_probe *)ctx)->pid;
-    wal_group_info gi;
     (void)err;
     free(ctx);
     if (!says_released(status, data, len) || c->closing)
         return;
-    const meta_partition *mp = meta_partition_find(c->meta, pid);
-    if (mp == NULL || meta_partition_has(mp, c->self, NULL) || lpart_find(c, pid) != NULL ||
-        wal_group_state(c->log, pid, &gi, NULL) < 0)
+    const meta_partition *mp = leftover_log(c, pid);
+    if (mp == NULL)
         return; /* given back, restarted or dropped meanwhile */
-    wal_drop_group(c->log, pid, NULL, NULL, NULL);
-    range_forget(c, pid);
-    fprintf(stderr,
-            "stratad: log group %" PRIu64 " belongs to no replica any more (a replica "
-            "moved away while this node was down, its state lost): dropped\n",
-            pid);
+    forget_lost_copy(c, mp);
 }
 
 static void restart_leftover(rcluster *c, const meta_partition *mp)
@@ -7484,6 +7573,7 @@ rcluster *rcluster_open(const router_config *cfg, strata_err *err)
     c->split_heat_ms = cc->split_heat_ms;
     c->test_exit_on_split = cc->test_exit_on_split;
     c->test_seed_abandons = cc->test_seed_abandons;
+    c->test_exit_mid_copy = cc->test_exit_mid_copy;
     c->heartbeat_ms = cc->heartbeat_timeout_ms ? cc->heartbeat_timeout_ms : 100;
     c->bootstrap = cc->bootstrap;
     c->expect = cc->bootstrap_expect > 0 ? cc->bootstrap_expect : 3;

@@ -106,6 +106,9 @@ static void cluster_settings_fill(cluster_settings *cs, const stratad_config *cf
     const char *sa = getenv("STRATA_TEST_SEED_ABANDON");
     if (sa != NULL)
         cs->rc.test_seed_abandons = (unsigned)strtoul(sa, NULL, 10);
+    /* A test hook: see router_cluster_config.test_exit_mid_copy. */
+    const char *mc = getenv("STRATA_TEST_EXIT_MID_COPY");
+    cs->rc.test_exit_mid_copy = mc != NULL && strcmp(mc, "1") == 0;
 }
 
 /* In a cluster the router's own handles (peer connections, Raft timers) keep the loop

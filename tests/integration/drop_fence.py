@@ -25,11 +25,12 @@ Then with replicas down: node 5 killed, DeleteTable still answers at once (nodes
 are a majority of every partition). With node 4 killed too, partitions of nodes 3, 4 and 5
 cannot confirm: DeleteTable answers 503 (ServiceUnavailable) once its 8 s budget is spent,
 and the table is gone all the same. Nodes 4 and 5, restarted after that drop (which they
-missed), start no replica of the dropped table (their logs drop its groups), and the table
-made again takes writes through them.
+missed), start no replica of the dropped table (their logs drop its groups), their engines
+end holding none of its items (nodes 4 and 5 run with small memtables, and 1,000 items of
+1 KiB went into each table they missed the drop of, so part of them had reached table
+files), and the table made again takes writes through them.
 Every wait polls a condition with a deadline.
 """
-import json
 import os
 import signal
 import subprocess
@@ -37,7 +38,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 
 import boto3
 import botocore.config
@@ -48,6 +48,7 @@ TABLE = "fenced"
 ROUNDS = 6
 WRITERS = 32
 PUTS = 2
+FILL_ITEMS = 1000
 DEADLINE_S = 60
 
 
@@ -77,6 +78,20 @@ def active(c):
         return False
 
 
+def fill(cport, prefix):
+    """FILL_ITEMS items of about 1 KiB into TABLE through node `cport`: on nodes 4 and 5
+    (small memtables) part of them reaches table files, which a drop must delete."""
+    c = harness.client(cport, 10)
+    for b in range(0, FILL_ITEMS, 25):
+        req = {TABLE: [{"PutRequest": {"Item": {"pk": {"S": "%s%05d" % (prefix, i)},
+                                                "v": {"S": "x" * 1000}}}}
+                       for i in range(b, b + 25)]}
+        end = time.time() + DEADLINE_S
+        while req:
+            assert time.time() < end, "batch never fully processed"
+            req = c.batch_write_item(RequestItems=req).get("UnprocessedItems")
+
+
 def lagging_majorities(cport):
     """Partitions of TABLE whose members include nodes 4 and 5 (as node `cport` sees them)."""
     a = harness.admin(cport) or {}
@@ -90,7 +105,7 @@ def main():
     ports = harness.free_ports(10)
     cports, pports = ports[0::2], ports[1::2]
     azs = ["az1", "az2", "az3", "az1", "az2"]
-    procs, cmds, logs = [], [], []
+    procs, cmds, logs, envs = [], [], [], []
     ok = False
     try:
         for i in range(5):
@@ -99,8 +114,9 @@ def main():
                                        ["--initial-partitions", "8", "--throttle", "false"])
             cmds.append(cmd)
             logs.append(open(os.path.join(work, "n%d.log" % (i + 1)), "w"))
+            envs.append(dict(os.environ, STRATA_MEMTABLE_BYTES="262144") if i >= 3 else None)
             procs.append(subprocess.Popen(cmd, stdout=logs[i], stderr=subprocess.STDOUT,
-                                          stdin=subprocess.DEVNULL))
+                                          stdin=subprocess.DEVNULL, env=envs[i]))
             if i == 2:  # the first three form the meta group; 4 and 5 join it later
                 poll(lambda: all((harness.admin(p) or {}).get("ready") for p in cports[:3]),
                      "3 nodes ready")
@@ -199,6 +215,7 @@ def main():
         # Replicas down. Node 5 killed: nodes 3 and 4 confirm for the partitions on 3, 4, 5.
         for c in lag:
             poll(lambda: active(c), "table ACTIVE through nodes 4 and 5")
+        fill(cports[0], "fill-a")
         procs[4].kill()
         procs[4].wait()
         t0 = time.time()
@@ -207,6 +224,7 @@ def main():
         assert one_down_s < 5, "DeleteTable took %.1f s with one node down" % one_down_s
         create(src)
         poll(lambda: active(src), "table ACTIVE after node 5 was killed")
+        fill(cports[0], "fill-b")
         procs[3].kill()
         procs[3].wait()
         t0 = time.time()
@@ -230,7 +248,7 @@ def main():
         # replica of the dropped table again, and the table made anew takes their writes.
         for i in (3, 4):
             procs[i] = subprocess.Popen(cmds[i], stdout=logs[i], stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL)
+                                        stdin=subprocess.DEVNULL, env=envs[i])
         poll(lambda: all((harness.admin(p) or {}).get("ready") for p in cports),
              "5 nodes ready after nodes 4 and 5 restarted")
         create(src)
@@ -250,9 +268,8 @@ def main():
         assert not missing, "puts through restarted nodes 4 and 5 lost: %s" % missing
         current = {p["id"] for p in harness.admin(cports[0])["partitions"]}
         for i in (3, 4):
-            with urllib.request.urlopen("http://127.0.0.1:%d/admin/digests" % cports[i],
-                                        timeout=5) as r:
-                local = {rep["partition"] for rep in json.load(r)["replicas"]}
+            local = {rep["partition"] for rep in harness.admin(cports[i], "/admin/digests")
+                     ["replicas"]}
             assert local <= current, "node %d runs replicas %s outside the map %s" % (
                 i + 1, sorted(local - current), sorted(current))
         # Nor do their logs keep the dropped partitions' groups (which would pin their
@@ -261,8 +278,16 @@ def main():
         def stray(i):
             return (harness.admin(cports[i], "/admin/digests") or {}).get("stray_items")
         for i in (3, 4):
-            poll(lambda: harness.admin(cports[i])["log"]["unclaimed"] == 0 and stray(i) == 0,
-                 "node %d's log and engine hold only replicas it runs" % (i + 1), 30)
+            seen = [None]
+
+            def clean():
+                seen[0] = (harness.admin(cports[i])["log"]["unclaimed"], stray(i))
+                return seen[0] == (0, 0)
+            try:
+                poll(clean, "node %d's log and engine hold only replicas it runs" % (i + 1), 30)
+            except AssertionError:
+                raise AssertionError("node %d: (unclaimed log groups, stray items) %s, not "
+                                     "(0, 0)" % (i + 1, seen[0]))
         log("restart after the drop: nodes 4 and 5 run no replica of the dropped table and "
             "their logs and engines hold none; %d puts through them read back" % len(keys))
         ok = True
