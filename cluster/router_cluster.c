@@ -1594,6 +1594,11 @@ static uint64_t pick_member(const rcluster *c, uint64_t turn)
     return id;
 }
 
+/* The meta leader as this node knows it, 0 if not known. A node outside the group never
+ * names itself: a hint naming this node was learnt while it was a member (others named it
+ * the leader then), and after it left, its meta changes went to itself and failed at
+ * every attempt until their deadline, and it sent every node that asked it back to
+ * itself. */
 static uint64_t meta_leader(const rcluster *c)
 {
     if (c->voter) {
@@ -1601,7 +1606,7 @@ static uint64_t meta_leader(const rcluster *c)
         if (l != 0)
             return l;
     }
-    return c->meta_leader_hint;
+    return c->voter || c->meta_leader_hint != c->self ? c->meta_leader_hint : 0;
 }
 
 static void fetch_meta(rcluster *c);
@@ -1656,6 +1661,8 @@ static void on_remote_meta(void *ctx, int status, const strata_err *err, const u
     o->in_flight = false;
     if (status < 0) {
         int64_t h = retry_hint(err);
+        if (h == 0 && o->c->meta_leader_hint == o->asked)
+            o->c->meta_leader_hint = 0; /* it does not lead and knows no leader: ask a member */
         if (h >= 0) {
             op_retry(o, (uint64_t)h);
             return;

@@ -14,7 +14,8 @@ outside it. A table with items. Then:
  c) node 2 stays down past --replace-after (DOWN after 10 s, then 5 s): node 5 takes its
     seat. Node 2, restarted, still holds its old seat in its own log and hears from no
     leader: it fetches the map, finds its seat gone, the leader confirms that the
-    configuration leaves it out, and it leaves the group.
+    configuration leaves it out, and it leaves the group; a change of the map through it
+    is made.
  d) node 4, which joined the group after formation ("meta joined" in its cluster file),
     restarts and comes back as a member without bootstrapping a group of its own; a map
     change made while it was down reaches it.
@@ -190,7 +191,12 @@ def main():
         poll(lambda: settled(cl, [1, 2, 4, 5], {1, 4, 5}), "node 2 back, out of the group")
         with open(os.path.join(work, "n2.log")) as f:
             assert "left the meta group" in f.read(), "node 2 never said it left"
-        read_all(client(cl.cports[1]), items)
+        c2 = client(cl.cports[1])
+        read_all(c2, items)
+        # Out of the group, node 2 sends its map changes to the group's leader (the one it
+        # knew as a member may have been itself).
+        c2.tag_resource(ResourceArn=arn, Tags=[{"Key": "step", "Value": "c"}])
+        poll(lambda: tags(c1, arn).get("step") == "c", "node 2's tag seen through node 1", 10)
 
         log("d) node 4 (joined the group late) restarts as a member")
         with open(os.path.join(work, "d4", "cluster")) as f:
