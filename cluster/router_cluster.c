@@ -1692,7 +1692,9 @@ static void on_remote_meta(void *ctx, int status, const strata_err *err, const u
 static void meta_attempt(op *o)
 {
     rcluster *c = o->c;
-    uint64_t target = meta_leader(c);
+    /* Every fourth attempt asks a member instead (as pick_leader does): a stale leader
+     * hint never holds a change until its deadline. */
+    uint64_t target = o->attempt % 4 != 3 ? meta_leader(c) : 0;
     if (target == 0 || !node_usable(c, target))
         target = c->n_members ? c->members[o->attempt % c->n_members].id : 0;
     strata_err err;
@@ -6017,20 +6019,25 @@ static void splits_step(rcluster *c)
  * RELEASE_ASK_MS). A leader removes itself and steps down first (reconcile_groups).
  */
 
-/* Whether an answer to MSG_GROUP_STATUS says that the asker is out of the group. */
-static bool says_released(int status, const uint8_t *data, size_t len)
+/* Reads the answer to a release_probe (freed here; *c and *pid say whose it was): whether
+ * it says that the asker is out of the group, and the node is not closing. */
+static bool says_released(void *probe, int status, const uint8_t *data, size_t len, rcluster **c,
+                          uint64_t *pid)
 {
-    return status == 0 && len >= 1 && (data[0] & STATUS_RELEASED);
+    release_probe *p = probe;
+    *c = p->c;
+    *pid = p->pid;
+    free(p);
+    return status == 0 && len >= 1 && (data[0] & STATUS_RELEASED) && !(*c)->closing;
 }
 
 static void on_release_status(void *ctx, int status, const strata_err *err, const uint8_t *data,
                               size_t len)
 {
-    rcluster *c = ((release_probe *)ctx)->c;
-    uint64_t pid = ((release_probe *)ctx)->pid;
+    rcluster *c;
+    uint64_t pid;
     (void)err;
-    free(ctx);
-    if (!says_released(status, data, len) || c->closing)
+    if (!says_released(ctx, status, data, len, &c, &pid))
         return;
     lpart *lp = lpart_find(c, pid);
     const meta_partition *mp = meta_partition_find(c->meta, pid);
@@ -6225,10 +6232,10 @@ static void meta_seat_leave(rcluster *c)
 static void on_seat_release(void *ctx, int status, const strata_err *err, const uint8_t *data,
                             size_t len)
 {
-    rcluster *c = ((release_probe *)ctx)->c;
+    rcluster *c;
+    uint64_t group;
     (void)err;
-    free(ctx);
-    if (!says_released(status, data, len) || c->closing || !c->voter ||
+    if (!says_released(ctx, status, data, len, &c, &group) || !c->voter ||
         meta_partition_has(meta_group(c->meta), c->self, NULL))
         return;
     meta_seat_leave(c);
@@ -6462,11 +6469,10 @@ static void forget_lost_copy(rcluster *c, const meta_partition *mp)
 static void on_leftover_status(void *ctx, int status, const strata_err *err, const uint8_t *data,
                                size_t len)
 {
-    rcluster *c = ((release_probe *)ctx)->c;
-    uint64_t pid = ((release_probe *)ctx)->pid;
+    rcluster *c;
+    uint64_t pid;
     (void)err;
-    free(ctx);
-    if (!says_released(status, data, len) || c->closing)
+    if (!says_released(ctx, status, data, len, &c, &pid))
         return;
     const meta_partition *mp = leftover_log(c, pid);
     if (mp == NULL)

@@ -32,10 +32,9 @@ Usage: copy_lost.py STRATAD STRATA
 Every wait polls a condition with a deadline. KEEP=1 keeps the nodes' directories.
 """
 import os
-import signal
+import shutil
 import subprocess
 import sys
-import shutil
 import tempfile
 import threading
 
@@ -241,23 +240,7 @@ def main():
         ok = True
         log("copy_lost: ok")
     finally:
-        for n in nodes:
-            if n.proc and n.proc.poll() is None:
-                n.proc.send_signal(signal.SIGTERM)
-        for n in nodes:
-            if n.proc:
-                try:
-                    rc = n.proc.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    n.proc.kill()
-                    rc = "hung"
-                if rc != 0 and ok:
-                    log("node %d exited with %s on SIGTERM" % (n.id, rc))
-                    ok = False
-        if not ok:
-            for n in nodes:
-                if os.path.exists(n.log):
-                    sys.stderr.write("---- node %d ----\n%s" % (n.id, n.text()[-3000:]))
+        ok = harness.stop_nodes(nodes, ok, log)
         if os.environ.get("KEEP") != "1":
             shutil.rmtree(work, ignore_errors=True)
         else:

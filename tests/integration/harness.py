@@ -6,8 +6,10 @@ Imported by the scripts next to it (Python puts a script's own directory on sys.
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 
@@ -82,3 +84,29 @@ def stop_all(procs, work, ok, log):
         shutil.rmtree(work, ignore_errors=True)
     else:
         log("logs kept in " + os.path.abspath(work))
+
+
+def stop_nodes(nodes, ok, log):
+    """SIGTERM to every node's process still running (n.proc; n.killed marks one stopped on
+    purpose), each must exit with 0 within 60 s; on a failure every node's log (n.log) tail
+    goes to stderr. Returns ok, false if a node did not stop cleanly."""
+    for n in nodes:
+        if n.proc and n.proc.poll() is None:
+            n.proc.send_signal(signal.SIGTERM)
+    for n in nodes:
+        if n.proc:
+            try:
+                rc = n.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                n.proc.kill()
+                rc = "hung"
+            if rc not in (0, None) and ok and not getattr(n, "killed", False):
+                log("node %d exited with %s on SIGTERM" % (n.id, rc))
+                ok = False
+    if not ok:
+        for n in nodes:
+            if os.path.exists(n.log):
+                with open(n.log) as f:
+                    sys.stderr.write("---- node %d ----\n%s" % (n.id, f.read()[-3000:]))
+    return ok
+

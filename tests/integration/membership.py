@@ -35,7 +35,6 @@ Every wait polls a condition with a deadline. KEEP=1 keeps the nodes' directorie
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -447,23 +446,7 @@ def main():
         ok = True
         log("membership: ok")
     finally:
-        for n in nodes:
-            if n.proc and n.proc.poll() is None:
-                n.proc.send_signal(signal.SIGTERM)
-        for n in nodes:
-            if n.proc:
-                try:
-                    rc = n.proc.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    n.proc.kill()
-                    rc = "hung"
-                if rc not in (0, None) and ok and not n.killed:
-                    log("node %d exited with %s on SIGTERM" % (n.id, rc))
-                    ok = False
-        if not ok:
-            for n in nodes:
-                with open(n.log) as f:
-                    sys.stderr.write("---- node %d ----\n%s" % (n.id, f.read()[-3000:]))
+        ok = harness.stop_nodes(nodes, ok, log)
         if os.environ.get("KEEP") != "1":
             shutil.rmtree(work, ignore_errors=True)
         else:
