@@ -32,7 +32,6 @@ Usage: copy_lost.py STRATAD STRATA
 Every wait polls a condition with a deadline. KEEP=1 keeps the nodes' directories.
 """
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -82,13 +81,6 @@ class Node:
             return f.read()
 
 
-def strata(cli, node, *args):
-    r = subprocess.run([cli, "--endpoint", node.url] + list(args), capture_output=True,
-                       text=True, timeout=90)
-    assert r.returncode == 0, "strata %s: %s %s" % (" ".join(args), r.stdout, r.stderr)
-    return r.stdout.strip()
-
-
 def partition(node):
     """TABLE's one partition as node's GET /admin/cluster shows it, or None."""
     parts = [p for p in (node.admin() or {}).get("partitions", []) if p["table"] == TABLE]
@@ -100,26 +92,6 @@ def node_state(node, nid):
         if n["id"] == nid:
             return n["state"]
     return None
-
-
-def holdings(node):
-    """(local replica ids, log groups no local replica runs, engine items outside every
-    local replica), None if node does not answer."""
-    a, d = node.admin(), node.admin("/admin/digests")
-    if a is None or d is None:
-        return None
-    return (sorted(p["id"] for p in a["partitions"] if "local" in p), a["log"]["unclaimed"],
-            d["stray_items"])
-
-
-def digests_agree(nodes):
-    seen = set()
-    for n in nodes:
-        d = n.admin("/admin/digests")
-        if d is None or len(d["replicas"]) != 1 or not d["replicas"][0]["complete"]:
-            return False
-        seen.add((d["replicas"][0]["applied_index"], d["replicas"][0]["digest"]))
-    return len(seen) == 1
 
 
 def value(i):
@@ -199,13 +171,13 @@ def main():
 
         n4.start(stratad, {HOOK: "1"})
         poll(lambda: node_state(nodes[0], 4) == "ACTIVE", "node 4 joined")
-        log(strata(cli, nodes[0], "node", "drain", "5"))
+        log(harness.strata(cli, nodes[0], "node", "drain", "5"))
         poll(lambda: n4.proc.poll() is not None, "node 4 exits in the middle of its copy")
         assert n4.proc.returncode == HOOK_EXIT, "node 4 exited with %s" % n4.proc.returncode
         assert "STRATA_TEST_EXIT_MID_COPY is set: exiting" in n4.text(), n4.text()[-2000:]
         log("2: node 4 exited in the middle of its copy of P (a chunk written and flushed)")
 
-        log(strata(cli, nodes[0], "node", "activate", "5"))
+        log(harness.strata(cli, nodes[0], "node", "activate", "5"))
         poll(lambda: node_state(nodes[0], 4) == "DOWN", "node 4 DOWN", 60)
         poll(lambda: sorted((partition(nodes[0]) or {}).get("members", [])) == members,
              "P's members are %s again" % members, 60)
@@ -215,7 +187,7 @@ def main():
         seen = [None]
 
         def let_go():
-            seen[0] = holdings(n4)
+            seen[0] = harness.holdings(n4)
             return seen[0] == ([], 0, 0)
         try:
             poll(let_go, "node 4 lets its lost copy of P go")
@@ -229,22 +201,18 @@ def main():
             "node 4 restarted a replica that had nothing to restart from"
         log("4: node 4 back: its log group of P and what its copy left are gone")
 
-        log(strata(cli, nodes[0], "node", "drain", "5"))
-        poll(lambda: holdings(n4) == ([pid], 0, 0) and holdings(n5) == ([], 0, 0),
+        log(harness.strata(cli, nodes[0], "node", "drain", "5"))
+        poll(lambda: harness.holdings(n4) == ([pid], 0, 0) and harness.holdings(n5) == ([], 0, 0),
              "P moved to node 4; node 5 holds nothing")
         now = [n for n in nodes if n.id in members and n.id != 5] + [n4]
-        poll(lambda: digests_agree(now), "P's replicas agree")
+        poll(lambda: harness.digests_agree(now), "P's replicas agree")
         all_read_back(n4)
         log("5: P copied whole to node 4: its replicas agree, %d items read back through it"
             % ITEMS)
         ok = True
         log("copy_lost: ok")
     finally:
-        ok = harness.stop_nodes(nodes, ok, log)
-        if os.environ.get("KEEP") != "1":
-            shutil.rmtree(work, ignore_errors=True)
-        else:
-            log("kept " + work)
+        ok = harness.stop_nodes(nodes, ok, log, work)
     return 0 if ok else 1
 
 

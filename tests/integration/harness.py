@@ -86,10 +86,11 @@ def stop_all(procs, work, ok, log):
         log("logs kept in " + os.path.abspath(work))
 
 
-def stop_nodes(nodes, ok, log):
+def stop_nodes(nodes, ok, log, work):
     """SIGTERM to every node's process still running (n.proc; n.killed marks one stopped on
     purpose), each must exit with 0 within 60 s; on a failure every node's log (n.log) tail
-    goes to stderr. Returns ok, false if a node did not stop cleanly."""
+    goes to stderr. `work` is removed unless KEEP=1. Returns ok, false if a node did not
+    stop cleanly."""
     for n in nodes:
         if n.proc and n.proc.poll() is None:
             n.proc.send_signal(signal.SIGTERM)
@@ -108,5 +109,43 @@ def stop_nodes(nodes, ok, log):
             if os.path.exists(n.log):
                 with open(n.log) as f:
                     sys.stderr.write("---- node %d ----\n%s" % (n.id, f.read()[-3000:]))
+    if os.environ.get("KEEP") != "1":
+        shutil.rmtree(work, ignore_errors=True)
+    else:
+        log("kept " + work)
     return ok
+
+
+def strata(cli, node, *args):
+    """The strata CLI's output for `args` through node (n.url); it must exit with 0 (node
+    remove waits up to 60 s)."""
+    r = subprocess.run([cli, "--endpoint", node.url] + list(args), capture_output=True,
+                       text=True, timeout=90)
+    assert r.returncode == 0, "strata %s: %s %s" % (" ".join(args), r.stdout, r.stderr)
+    return r.stdout.strip()
+
+
+def digests_agree(nodes):
+    """Whether every replica on `nodes` (n.admin(path)) is complete and every partition's
+    replicas have the same applied index and digest (GET /admin/digests)."""
+    seen = {}
+    for n in nodes:
+        d = n.admin("/admin/digests")
+        if d is None:
+            return False
+        for rep in d["replicas"]:
+            if not rep["complete"]:
+                return False
+            seen.setdefault(rep["partition"], set()).add((rep["applied_index"], rep["digest"]))
+    return bool(seen) and all(len(v) == 1 for v in seen.values())
+
+
+def holdings(node):
+    """(local replica ids, log groups no local replica runs, engine items outside every
+    local replica) of node (n.admin(path)), None if it does not answer."""
+    a, d = node.admin(), node.admin("/admin/digests")
+    if a is None or d is None:
+        return None
+    return (sorted(p["id"] for p in a["partitions"] if "local" in p), a["log"]["unclaimed"],
+            d["stray_items"])
 

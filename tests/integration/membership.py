@@ -34,7 +34,6 @@ Every wait polls a condition with a deadline. KEEP=1 keeps the nodes' directorie
 """
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -121,26 +120,6 @@ def replicas(node, nid):
     return None, None
 
 
-def strata(cli, node, *args):
-    r = subprocess.run([cli, "--endpoint", node.url] + list(args), capture_output=True,
-                       text=True, timeout=90)  # node remove waits up to 60 s
-    assert r.returncode == 0, "strata %s: %s %s" % (" ".join(args), r.stdout, r.stderr)
-    return r.stdout
-
-
-def digests_agree(nodes):
-    seen = {}
-    for n in nodes:
-        d = n.admin("/admin/digests")
-        if d is None:
-            return False
-        for rep in d["replicas"]:
-            if not rep["complete"]:
-                return False
-            seen.setdefault(rep["partition"], set()).add((rep["applied_index"], rep["digest"]))
-    return bool(seen) and all(len(v) == 1 for v in seen.values())
-
-
 def lingering(node):
     """Replicas node still runs though the map no longer lists it (GET /admin/cluster's
     "lingering"), after checking that flag against the map on every local replica; None
@@ -159,16 +138,6 @@ def lingering(node):
     return n
 
 
-def holdings(node):
-    """(local replica ids, log groups no local replica runs, engine items outside every
-    local replica) of node, None if it does not answer."""
-    a, d = node.admin(), node.admin("/admin/digests")
-    if a is None or d is None:
-        return None
-    return (sorted(p["id"] for p in a["partitions"] if "local" in p), a["log"]["unclaimed"],
-            d["stray_items"])
-
-
 def holds_only(counts, what):
     """Polls until each (node, n) of counts runs n replicas, none lingering, and its log
     and engine hold nothing of any other replica."""
@@ -176,7 +145,7 @@ def holds_only(counts, what):
 
     def only():
         for node, n in counts:
-            seen[node.id] = h = holdings(node)
+            seen[node.id] = h = harness.holdings(node)
             if h is None or len(h[0]) != n or h[1:] != (0, 0) or lingering(node) != 0:
                 return False
         return True
@@ -300,10 +269,10 @@ def main():
         # replicas it holds: nodes 1 and 4 hold half of them each.
         poll(lambda: all(client(n.url).describe_table(TableName=TABLE)["Table"]["ItemCount"]
                          == 1000 for n in nodes[:4]), "ItemCount 1000 through every node", 30)
-        out = strata(cli, nodes[2], "leader", "rebalance")
+        out = harness.strata(cli, nodes[2], "leader", "rebalance")
         assert "leader rebalance:" in out, out
         log(out.strip())
-        out = strata(cli, nodes[0], "leader", "rebalance")
+        out = harness.strata(cli, nodes[0], "leader", "rebalance")
         assert "leader rebalance:" in out, out
         leaders_even(nodes, [1, 2, 3, 4], "after `strata leader rebalance`")
 
@@ -327,7 +296,7 @@ def main():
             t.start()
         poll(lambda: len(acked) > 1050, "writes flowing before the drain")
         t0 = time.time()
-        log(strata(cli, nodes[1], "node", "drain", "1").strip())
+        log(harness.strata(cli, nodes[1], "node", "drain", "1"))
         poll(lambda: replicas(nodes[1], 1)[0] == 0, "node 1 drained")
         drain_s = time.time() - t0
         poll(lambda: all_led(nodes[1]), "every partition has a leader after the drain")
@@ -361,10 +330,10 @@ def main():
         # the scheduler abandons that move (the learner removed) and the drain ends. It used
         # to retry the promotion for ever, the partition kept its learner and the drain
         # never ended.
-        log(strata(cli, nodes[1], "node", "activate", "1").strip())
+        log(harness.strata(cli, nodes[1], "node", "activate", "1"))
         poll(lambda: (replicas(nodes[1], 1)[0] or 0) > 0, "a move toward node 1 began", 60,
              0.02)
-        log(strata(cli, nodes[1], "node", "drain", "1").strip())
+        log(harness.strata(cli, nodes[1], "node", "drain", "1"))
         poll(lambda: replicas(nodes[1], 1)[0] == 0, "node 1 drained with a move toward it begun")
         poll(lambda: lingering(nodes[0]) == 0 and
              (nodes[0].admin("/admin/digests") or {}).get("replicas") == [],
@@ -373,24 +342,24 @@ def main():
         # Back again: the replicas it gets now must be copies of the current state, never
         # its old replicas' indexes over the data deleted when they left.
         t0 = time.time()
-        log(strata(cli, nodes[1], "node", "activate", "1").strip())
+        log(harness.strata(cli, nodes[1], "node", "activate", "1"))
         poll(lambda: replicas(nodes[1], 1)[0] == 4, "node 1 gets 4 replicas back after activate")
-        poll(lambda: digests_agree(nodes[0:4]), "replicas agree after node 1 came back")
+        poll(lambda: harness.digests_agree(nodes[0:4]), "replicas agree after node 1 came back")
         log("activate: node 1 got 4 replicas back, all equal to their peers, in %.1f s"
             % (time.time() - t0))
-        log(strata(cli, nodes[1], "node", "drain", "1").strip())
+        log(harness.strata(cli, nodes[1], "node", "drain", "1"))
         poll(lambda: replicas(nodes[1], 1)[0] == 0, "node 1 drained again")
         leaders_even(nodes, [2, 3, 4], "after node 1 drained again")
         # The command returns once node 1 runs no replica (each one's Raft group let go of
         # it), so that it can be stopped then: nothing of it may linger after it.
-        out = strata(cli, nodes[1], "node", "remove", "1").strip()
+        out = harness.strata(cli, nodes[1], "node", "remove", "1")
         log(out)
         assert "runs no replica and can be stopped" in out, out
         assert lingering(nodes[0]) == 0, "node 1 still runs replicas after node remove"
         poll(lambda: replicas(nodes[1], 1)[1] == "REMOVED", "node 1 REMOVED")
         removed_id_refused(stratad, work, nodes[1])
-        poll(lambda: digests_agree(nodes[1:4]), "replicas of every partition agree")
-        status = strata(cli, nodes[1], "cluster", "status", "--all")
+        poll(lambda: harness.digests_agree(nodes[1:4]), "replicas of every partition agree")
+        status = harness.strata(cli, nodes[1], "cluster", "status", "--all")
         log(status)
         assert "leaders per node 1:0 2:" in status, status
 
@@ -409,7 +378,7 @@ def main():
                 if r.get_item(TableName=TABLE, Key={"pk": {"S": k}},
                               ConsistentRead=True).get("Item", {}).get("v", {}).get("S") != v]
         assert not lost, "%d writes lost after the replacement" % len(lost)
-        poll(lambda: digests_agree(nodes[1:4]), "replicas agree after the replacement")
+        poll(lambda: harness.digests_agree(nodes[1:4]), "replicas agree after the replacement")
         leaders_even(nodes, [2, 3, 4], "after node 5's replicas were re-created")
         log("down: node 5 killed; DOWN and its replicas re-created on node 4 within %.1f s; "
             "%d writes all there" % (time.time() - t0, len(acked)))
@@ -419,7 +388,7 @@ def main():
         # logs until their groups let them go, with their data, so that no log group stays
         # behind pinning log segments. Activated, it gets 4 replicas back: fresh copies.
         t0 = time.time()
-        log(strata(cli, nodes[1], "node", "drain", "5").strip())
+        log(harness.strata(cli, nodes[1], "node", "drain", "5"))
         nodes[4].killed = False
         nodes[4].start(stratad)
         poll(lambda: replicas(nodes[1], 5)[1] == "DRAINING", "node 5 back, DRAINING", 60)
@@ -435,22 +404,18 @@ def main():
         log("back: node 5, drained while down, let its 4 old replicas go (%d restarted from "
             "their logs, %d with their state lost) within %.1f s"
             % (restarted, lost, time.time() - t0))
-        log(strata(cli, nodes[1], "node", "activate", "5").strip())
+        log(harness.strata(cli, nodes[1], "node", "activate", "5"))
         # (nodes 2 and 3 are alone in their AZs)
         holds_only([(nodes[1], 8), (nodes[2], 8), (nodes[3], 4), (nodes[4], 4)],
                    "node 5 activated: nodes 2-5 run 8, 8, 4 and 4 replicas, their logs and "
                    "engines nothing of others")
-        poll(lambda: digests_agree(nodes[1:5]), "replicas agree after node 5 came back")
+        poll(lambda: harness.digests_agree(nodes[1:5]), "replicas agree after node 5 came back")
         log("back: node 5 activated: 4 replicas, equal to their peers, in %.1f s"
             % (time.time() - t0))
         ok = True
         log("membership: ok")
     finally:
-        ok = harness.stop_nodes(nodes, ok, log)
-        if os.environ.get("KEEP") != "1":
-            shutil.rmtree(work, ignore_errors=True)
-        else:
-            log("kept " + work)
+        ok = harness.stop_nodes(nodes, ok, log, work)
     return 0 if ok else 1
 
 
