@@ -4,7 +4,8 @@
 #   2. builds with gcc under AddressSanitizer + UndefinedBehaviorSanitizer (build/test)
 #      and runs the unit, integration and conformance suites;
 #   3. builds the libFuzzer harnesses with clang (build/fuzz) and runs each one briefly
-#      over its corpus (STRATA_FUZZ_SECONDS each, default 20).
+#      over its corpus (STRATA_FUZZ_SECONDS each, default 20), one harness per core at a
+#      time.
 # Ends with one line "tests: N passed, N failed" and exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
