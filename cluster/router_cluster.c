@@ -72,6 +72,7 @@
 #include "cluster/meta.h"
 #include "cluster/placement.h"
 #include "cluster/capshare.h"
+#include "cluster/cluster_file.h"
 #include "cluster/held_msgs.h"
 #include "cluster/pstats.h"
 #include "cluster/snap_chunk.h"
@@ -103,6 +104,7 @@ enum {
 #define META_GROUP           0
 #define MAX_META_VOTERS      5                /* at formation */
 #define MAX_META_LIST        META_MAX_MEMBERS /* voters to ask: one more while a seat moves */
+#define MAX_KNOWN_NODES      CLUSTER_FILE_MAX_NODES /* asked when no voter answers */
 #define OP_DEADLINE_MS       8000 /* a request's whole budget, retries included */
 #define ATTEMPT_DEADLINE_MS  3000 /* one rpc attempt */
 #define TICK_MS              100
@@ -366,10 +368,7 @@ typedef struct {
     uint64_t seen;
 } hint;
 
-typedef struct {
-    uint64_t id;
-    char addr[META_ADDR_MAX + 1];
-} member;
+typedef cluster_node_addr member;
 
 typedef struct {
     uint64_t id;
@@ -413,6 +412,8 @@ struct rcluster {
     strata_err refused; /* a join the cluster refused (join_refusal): the node must stop */
     member members[MAX_META_LIST];
     size_t n_members;
+    member known[MAX_KNOWN_NODES]; /* other nodes of the map (see fetch_target) */
+    size_t n_known;
     bool voter;       /* this node runs a replica of the meta group (voter or learner) */
     bool meta_joined; /* ... that joined after formation (see "The meta group's seats") */
     uint64_t meta_leaderless_since; /* when its replica last lost sight of a leader; 0 */
@@ -758,44 +759,6 @@ static int64_t retry_hint(const strata_err *err)
 
 /* ------------------------------------------------------------------ the cluster file */
 
-static void members_text(const rcluster *c, buf *out)
-{
-    for (size_t i = 0; i < c->n_members; i++)
-        buf_printf(out, "%s%" PRIu64 "@%s", i ? "," : "", c->members[i].id, c->members[i].addr);
-}
-
-/* Parses "ID@HOST:PORT,..." into c->members. */
-static int members_parse(rcluster *c, const char *text, size_t len, strata_err *err)
-{
-    member m[MAX_META_LIST];
-    size_t n = 0;
-    size_t i = 0;
-    while (i < len) {
-        size_t j = i;
-        while (j < len && text[j] != ',')
-            j++;
-        char one[META_ADDR_MAX + 32];
-        if (j - i >= sizeof one || n == MAX_META_LIST)
-            return strata_err_set(err, ERR_CORRUPT, "bad meta member list");
-        memcpy(one, text + i, j - i);
-        one[j - i] = '\0';
-        char *at = strchr(one, '@');
-        char *end;
-        uint64_t id = at ? strtoull(one, &end, 10) : 0;
-        if (at == NULL || end != at || id == 0 || strlen(at + 1) > META_ADDR_MAX)
-            return strata_err_set(err, ERR_CORRUPT, "bad meta member '%s'", one);
-        m[n].id = id;
-        snprintf(m[n].addr, sizeof m[n].addr, "%s", at + 1);
-        n++;
-        i = j + 1;
-    }
-    if (n == 0)
-        return strata_err_set(err, ERR_CORRUPT, "empty meta member list");
-    memcpy(c->members, m, n * sizeof *m);
-    c->n_members = n;
-    return 0;
-}
-
 /* Writes `data` as the file `name` of the data directory, replacing it atomically
  * (a temporary file, fsync, rename, fsync of the directory). */
 static int write_file_durably(rcluster *c, const char *name, const buf *data, strata_err *err)
@@ -830,55 +793,58 @@ static int write_file_durably(rcluster *c, const char *name, const buf *data, st
     return rc;
 }
 
-/* DATA_DIR/cluster: "strata-cluster 1\nmembers LIST\n[meta joined\n]xxh3 HEX\n", written
- * atomically. LIST: the meta voters to ask (those the group formed with, then those the
- * map names); "meta joined": this node's meta replica joined the group after formation,
- * so a restart must not bootstrap it (raft_host_join_group). */
+/* DATA_DIR/cluster (cluster_file.h), from c->members, c->known and c->meta_joined. */
 static int cluster_file_write(rcluster *c, strata_err *err)
 {
+    cluster_file f = {
+        .n_members = c->n_members, .n_nodes = c->n_known, .meta_joined = c->meta_joined};
+    memcpy(f.members, c->members, c->n_members * sizeof *c->members);
+    memcpy(f.nodes, c->known, c->n_known * sizeof *c->known);
     buf b;
-    buf_init(&b, 0);
-    buf_printf(&b, "strata-cluster 1\nmembers ");
-    members_text(c, &b);
-    buf_printf(&b, "\n");
-    if (c->meta_joined)
-        buf_printf(&b, "meta joined\n");
-    buf_printf(&b, "xxh3 %016" PRIx64 "\n", (uint64_t)XXH3_64bits(b.data, b.len));
+    buf_init(&b, CLUSTER_FILE_MAX_BYTES);
+    cluster_file_encode(&f, &b);
     int rc = write_file_durably(c, CLUSTER_FILE, &b, err);
     buf_free(&b);
     return rc;
 }
 
-/* 1 when read, 0 when there is no file, -1 when it is damaged. */
+/* 1 when read (into c->members, c->known, c->meta_joined), 0 when there is no file, -1
+ * when it is damaged or cannot be read. */
 static int cluster_file_read(rcluster *c, strata_err *err)
 {
     char *path = router_path_join(c->data_dir, CLUSTER_FILE);
-    if (path == NULL)
-        return strata_err_set(err, ERR_NOMEM, "out of memory");
-    FILE *f = fopen(path, "r");
-    if (f == NULL) {
-        free(path);
-        return errno == ENOENT ? 0 : strata_err_set(err, ERR_IO, "cannot read cluster file");
-    }
-    char text[4096];
-    size_t n = fread(text, 1, sizeof text - 1, f);
-    fclose(f);
-    text[n] = '\0';
+    char *text = malloc(CLUSTER_FILE_MAX_BYTES + 1);
+    cluster_file *f = malloc(sizeof *f);
+    FILE *fp = path != NULL ? fopen(path, "r") : NULL;
     int rc = -1;
-    const char *sum = strstr(text, "xxh3 ");
-    const char *mem = strstr(text, "\nmembers ");
-    if (strncmp(text, "strata-cluster 1\n", 17) == 0 && sum != NULL && mem != NULL &&
-        strtoull(sum + 5, NULL, 16) == XXH3_64bits(text, (size_t)(sum - text))) {
-        const char *list = mem + 9;
-        const char *eol = strchr(list, '\n');
-        if (eol != NULL && members_parse(c, list, (size_t)(eol - list), err) == 0)
+    strata_err why;
+    if (path == NULL || text == NULL || f == NULL) {
+        strata_err_set(err, ERR_NOMEM, "out of memory");
+    } else if (fp == NULL) {
+        rc = errno == ENOENT
+                 ? 0
+                 : strata_err_set(err, ERR_IO, "cannot read %s: %s", path, strerror(errno));
+    } else {
+        /* One byte more than a file may have: a longer one fails to decode. */
+        size_t n = fread(text, 1, CLUSTER_FILE_MAX_BYTES + 1, fp);
+        if (ferror(fp))
+            strata_err_set(err, ERR_IO, "cannot read %s", path);
+        else if (cluster_file_decode(text, n, f, &why) < 0)
+            strata_err_set(err, ERR_CORRUPT, "%s is damaged: %s", path, why.msg);
+        else
             rc = 1;
-        c->meta_joined = strstr(text, "\nmeta joined\n") != NULL;
     }
-    if (rc < 0 && err != NULL && err->code == ERR_NONE)
-        strata_err_set(err, ERR_CORRUPT, "%s is damaged (checksum or format)", path);
-    else if (rc < 0 && err != NULL)
-        strata_err_set(err, ERR_CORRUPT, "%s is damaged: %s", path, err->msg);
+    if (rc == 1) {
+        memcpy(c->members, f->members, f->n_members * sizeof *f->members);
+        c->n_members = f->n_members;
+        memcpy(c->known, f->nodes, f->n_nodes * sizeof *f->nodes);
+        c->n_known = f->n_nodes;
+        c->meta_joined = f->meta_joined;
+    }
+    if (fp != NULL)
+        fclose(fp);
+    free(f);
+    free(text);
     free(path);
     return rc;
 }
@@ -4965,7 +4931,7 @@ static void serve_join(rcluster *c, const uint8_t *data, size_t len, rpc_respond
     buf b;
     buf_init(&b, 0);
     if (c->formed)
-        members_text(c, &b);
+        cluster_node_list_encode(c->members, c->n_members, &b);
     rpc_respond(resp, b.data, b.len, NULL);
     buf_free(&b);
 }
@@ -5140,6 +5106,8 @@ static int start_meta_group(rcluster *c, strata_err *err)
         c->voter = c->voter || ids[i] == c->self;
         peer_ensure(c, c->members[i].id, c->members[i].addr);
     }
+    for (size_t i = 0; i < c->n_known; i++)
+        peer_ensure(c, c->known[i].id, c->known[i].addr);
     c->formed = true;
     if (!c->voter)
         return 0;
@@ -5164,7 +5132,8 @@ static void on_join_answer(void *ctx, int status, const strata_err *err, const u
     if (status < 0 || len == 0 || c->closing || c->formed)
         return;
     strata_err e;
-    if (members_parse(c, (const char *)data, len, &e) < 0) {
+    if (cluster_node_list_decode((const char *)data, len, c->members, MAX_META_LIST, &c->n_members,
+                                 &e) < 0) {
         fprintf(stderr, "stratad: bad join answer: %s\n", e.msg);
         return;
     }
@@ -5251,16 +5220,38 @@ static bool meta_orphaned(rcluster *c)
     return now - c->meta_leaderless_since >= META_ORPHAN_MS;
 }
 
+/* Where to fetch the map from: the leader when known and connected, else a connected
+ * member in turn, else a connected node of the others this node knew (c->known): when
+ * every member it knows is gone, the whole group may have been replaced while it was away
+ * (its restarted replica, with no leader to say what is committed, applies nothing, so
+ * its own map is empty), and the other nodes answer with the map (a member) or the leader
+ * (retry_hint). With nobody connected, a member other than this node: the call waits for
+ * its connection. */
+static uint64_t fetch_target(rcluster *c, uint64_t turn)
+{
+    uint64_t h = c->meta_leader_hint;
+    if (h != 0 && h != c->self && node_usable(c, h))
+        return h;
+    for (size_t i = 0; i < c->n_members; i++) {
+        uint64_t id = pick_member(c, turn + i);
+        if (id != c->self && node_usable(c, id))
+            return id;
+    }
+    for (size_t i = 0; i < c->n_known; i++) {
+        uint64_t id = c->known[(turn + i) % c->n_known].id;
+        if (id != c->self && node_usable(c, id))
+            return id;
+    }
+    uint64_t id = pick_member(c, turn);
+    return id != c->self ? id : pick_member(c, turn + 1);
+}
+
 /* Nodes outside the meta group follow the map by fetching it; so do orphaned members. */
 static void fetch_meta(rcluster *c)
 {
     if ((c->voter && !meta_orphaned(c)) || !c->formed || c->fetch_in_flight || c->n_members == 0)
         return;
-    uint64_t target = c->meta_leader_hint;
-    if (target == 0 || !node_usable(c, target) || target == c->self)
-        target = pick_member(c, c->last_fetch / META_FETCH_MS);
-    if (target == c->self) /* an orphaned member asks the others */
-        target = pick_member(c, c->last_fetch / META_FETCH_MS + 1);
+    uint64_t target = fetch_target(c, c->last_fetch / META_FETCH_MS);
     c->last_fetch = now_ms(c);
     c->fetch_target = target;
     strata_err err;
@@ -6165,8 +6156,24 @@ static void reconcile_groups(rcluster *c)
  *     outside the group. Until then it votes on: a configuration of four voters with one
  *     gone needs every other one;
  *   - the voters to ask for the map (c->members, the cluster file) become the map's.
- * A member taken out while it was away learns it by fetching (meta_orphaned).
+ * A member taken out while it was away learns it by fetching (meta_orphaned), from the
+ * members it knows or, when none answers, the other nodes it knew (fetch_target).
  */
+
+static member member_of(const meta_node *nd)
+{
+    member m = {.id = nd->id};
+    snprintf(m.addr, sizeof m.addr, "%s", nd->peer_addr);
+    return m;
+}
+
+static bool same_members(const member *a, size_t na, const member *b, size_t nb)
+{
+    for (size_t i = 0; na == nb && i < na; i++)
+        if (a[i].id != b[i].id || strcmp(a[i].addr, b[i].addr) != 0)
+            return false;
+    return na == nb;
+}
 
 /* c->members := the map's voters, with their peer addresses; the cluster file with them. */
 static void members_follow_map(rcluster *c, const meta_partition *g)
@@ -6179,20 +6186,37 @@ static void members_follow_map(rcluster *c, const meta_partition *g)
         const meta_node *nd = meta_node_find(c->meta, g->members[k].node);
         if (nd == NULL)
             return;
-        m[n].id = nd->id;
-        snprintf(m[n].addr, sizeof m[n].addr, "%s", nd->peer_addr);
-        n++;
+        m[n++] = member_of(nd);
     }
-    bool same = n == c->n_members;
-    for (size_t i = 0; same && i < n; i++)
-        same = m[i].id == c->members[i].id && strcmp(m[i].addr, c->members[i].addr) == 0;
-    if (same || n == 0)
+    if (n == 0 || same_members(m, n, c->members, c->n_members))
         return;
     memcpy(c->members, m, n * sizeof *m);
     c->n_members = n;
     strata_err err;
     if (cluster_file_write(c, &err) < 0)
         fprintf(stderr, "stratad: the meta voters changed; %s (written again later)\n", err.msg);
+}
+
+/* c->known := up to MAX_KNOWN_NODES other nodes of the map (not REMOVED), with their peer
+ * addresses; the cluster file with them when they changed. Not from a map not applied yet
+ * (index 0): a restarted member's map stays empty until a leader speaks. */
+static void known_follow_map(rcluster *c)
+{
+    member m[MAX_KNOWN_NODES];
+    size_t n = 0;
+    for (size_t i = 0; i < meta_node_count(c->meta) && n < MAX_KNOWN_NODES; i++) {
+        const meta_node *nd = meta_node_at(c->meta, i);
+        if (nd->id != c->self && nd->state != META_NODE_REMOVED)
+            m[n++] = member_of(nd);
+    }
+    if (c->meta_index == 0 || same_members(m, n, c->known, c->n_known))
+        return;
+    memcpy(c->known, m, n * sizeof *m);
+    c->n_known = n;
+    strata_err err;
+    if (cluster_file_write(c, &err) < 0) /* as in members_follow_map: a hint, not retried */
+        fprintf(stderr, "stratad: the cluster's nodes changed; %s (written again later)\n",
+                err.msg);
 }
 
 /* Takes the seat the map gives this node: an empty replica joins the group. */
@@ -6262,6 +6286,7 @@ static void reconcile_meta_seat(rcluster *c)
     if (!c->formed || g->n_members == 0)
         return; /* not recorded yet: the members the group formed with hold the seats */
     members_follow_map(c, g);
+    known_follow_map(c);
     bool named = meta_partition_has(g, c->self, NULL);
     if (named && !c->voter)
         meta_seat_take(c);

@@ -58,16 +58,18 @@ def client(cport):
 
 
 class Cluster:
-    def __init__(self, stratad, work):
-        self.stratad, self.work = stratad, work
-        ports = harness.free_ports(10)
+    """Nodes 1..len(azs), node i in azs[i - 1]; node 1 bootstraps the cluster."""
+
+    def __init__(self, stratad, work, azs=AZS):
+        self.stratad, self.work, self.azs = stratad, work, azs
+        ports = harness.free_ports(2 * len(azs))
         self.cports, self.pports = ports[0::2], ports[1::2]
         self.procs = {}
         self.logs = {}
 
     def start(self, nid):
         i = nid - 1
-        cmd = harness.node_command(self.stratad, nid, AZS[i], self.cports[i], self.pports[i],
+        cmd = harness.node_command(self.stratad, nid, self.azs[i], self.cports[i], self.pports[i],
                                    self.pports[0], os.path.join(self.work, "d%d" % nid),
                                    ["--initial-partitions", "4", "--replace-after", "5",
                                     "--throttle", "false"])
@@ -82,6 +84,13 @@ class Cluster:
 
     def admin(self, nid):
         return harness.admin(self.cports[nid - 1])
+
+    def stop(self, ok):
+        """Stops every node; the work directory goes when `ok` (and KEEP is not set)."""
+        harness.stop_all(list(self.procs.values()), self.work, ok and not os.environ.get("KEEP"),
+                         log)
+        for f in self.logs.values():
+            f.close()
 
     def ready(self, nids):
         return all((self.admin(n) or {}).get("ready") for n in nids)
@@ -236,9 +245,7 @@ def main():
         dump(cl)
         raise
     finally:
-        harness.stop_all(list(cl.procs.values()), work, ok and not os.environ.get("KEEP"), log)
-        for f in cl.logs.values():
-            f.close()
+        cl.stop(ok)
     return 0 if ok else 1
 
 

@@ -1,0 +1,91 @@
+#!/usr/bin/python3
+"""A meta member away while its whole group was replaced finds the new one on its return.
+
+Usage: meta_orphan.py STRATAD STRATA
+Six nodes, two in each AZ: 1 (az1), 2 (az2) and 3 (az3) form the meta group; 4 (az1),
+5 (az2) and 6 (az3) join outside it. A table with items. Then:
+ a) node 1 is killed (SIGKILL) and stays down past --replace-after: node 4 takes its seat.
+ b) nodes 2 and 3 are drained (nodes 5 and 6 take their seats), removed and stopped: the
+    group is now 4, 5 and 6, none of which node 1 knew as a member.
+ c) node 1 restarts. Its log still gives the group as 1, 2 and 3, and 2 and 3 are gone
+    for good: it hears from no leader, and none of the members it knows answers. It must
+    ask the other nodes of its map, learn the new map, leave the group, and serve: every
+    item reads back strongly through it, and a change of the map through it is made.
+    (Before, such a node asked only the members it knew, for ever: it stayed out of date,
+    never left the group, and every map change through it failed.)
+Every wait polls a condition with a deadline. KEEP=1 keeps the nodes' logs.
+"""
+import os
+import signal
+import sys
+import tempfile
+
+import meta_seats as S
+
+AZS = ["az1", "az2", "az3", "az1", "az2", "az3"]
+
+
+def log(*a):
+    print(*a, flush=True)
+
+
+def main():
+    stratad, cli = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+    work = tempfile.mkdtemp(prefix="strata-orphan-")
+    cl = S.Cluster(stratad, work, AZS)
+    ok = False
+    try:
+        for n in (1, 2, 3):
+            cl.start(n)
+        S.poll(lambda: cl.ready([1, 2, 3]), "nodes 1-3 ready")
+        for n in (4, 5, 6):
+            cl.start(n)
+        S.poll(lambda: S.settled(cl, range(1, 7), {1, 2, 3}), "seats recorded as 1, 2, 3")
+        c4 = S.client(cl.cports[3])
+        c4.create_table(TableName=S.TABLE, BillingMode="PAY_PER_REQUEST",
+                        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+                        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}])
+        arn = S.poll(lambda: (lambda t: t["TableStatus"] == "ACTIVE" and t["TableArn"])(
+            c4.describe_table(TableName=S.TABLE)["Table"]), "table ACTIVE")
+        items = {"k%d" % i: "v%d" % i for i in range(S.ITEMS)}
+        for k, v in items.items():
+            c4.put_item(TableName=S.TABLE, Item={"pk": {"S": k}, "v": {"S": v}})
+
+        log("a) node 1 killed and down past replace-after: node 4 takes its seat")
+        cl.kill(1)
+        S.poll(lambda: S.settled(cl, [2, 3, 4, 5, 6], {2, 3, 4}), "seats 2, 3, 4")
+
+        log("b) nodes 2 and 3 drained, removed and stopped: the group is 4, 5, 6")
+        S.strata(cli, cl, 4, "node", "drain", "2")
+        S.strata(cli, cl, 4, "node", "drain", "3")
+        S.poll(lambda: S.settled(cl, [2, 3, 4, 5, 6], {4, 5, 6}), "seats 4, 5, 6")
+        S.poll(lambda: not any({1, 2, 3} & set(p["members"]) for p in cl.admin(4)["partitions"]),
+               "nodes 1, 2 and 3 hold no partition replica")
+        for n in (2, 3):
+            out = S.strata(cli, cl, 4, "node", "remove", str(n), "--wait", "60")
+            assert "runs no replica" in out, out
+            cl.kill(n, signal.SIGTERM)
+        c4.tag_resource(ResourceArn=arn, Tags=[{"Key": "step", "Value": "b"}])
+
+        log("c) node 1 back: it finds the new group through the other nodes and leaves")
+        cl.start(1)
+        S.poll(lambda: S.settled(cl, [1, 4, 5, 6], {4, 5, 6}), "node 1 back, out of the group")
+        with open(os.path.join(work, "n1.log")) as f:
+            assert "left the meta group" in f.read(), "node 1 never said it left"
+        c1 = S.client(cl.cports[0])
+        S.read_all(c1, items)
+        assert S.tags(c1, arn).get("step") == "b", S.tags(c1, arn)
+        c1.tag_resource(ResourceArn=arn, Tags=[{"Key": "step", "Value": "c"}])
+        S.poll(lambda: S.tags(c4, arn).get("step") == "c", "node 1's tag seen through node 4", 10)
+        ok = True
+        log("meta_orphan: PASS")
+    except Exception:
+        S.dump(cl)
+        raise
+    finally:
+        cl.stop(ok)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
