@@ -2,9 +2,10 @@
 """A meta member away while its whole group was replaced finds the new one on its return.
 
 Usage: meta_orphan.py STRATAD STRATA
-Six nodes, two in each AZ: 1 (az1), 2 (az2) and 3 (az3) form the meta group; 4 (az1),
-5 (az2) and 6 (az3) join outside it. A table with items. Then:
- a) node 1 is killed (SIGKILL) and stays down past --replace-after: node 4 takes its seat.
+Seven nodes: 1 (az1), 2 (az2) and 3 (az3) form the meta group; 4 (az1), 5 (az2), 6 (az3)
+and 7 (az2) join outside it. A table with items. Then:
+ a) node 7 is drained (so that no partition loses two replicas below), then nodes 1 and
+    7 are killed (SIGKILL); node 1 stays down past --replace-after: node 4 takes its seat.
  b) nodes 2 and 3 are drained (nodes 5 and 6 take their seats), removed and stopped: the
     group is now 4, 5 and 6, none of which node 1 knew as a member.
  c) node 1 restarts. Its log still gives the group as 1, 2 and 3, and 2 and 3 are gone
@@ -13,6 +14,8 @@ Six nodes, two in each AZ: 1 (az1), 2 (az2) and 3 (az3) form the meta group; 4 (
     item reads back strongly through it, and a change of the map through it is made.
     (Before, such a node asked only the members it knew, for ever: it stayed out of date,
     never left the group, and every map change through it failed.)
+    Node 7 restarts too: outside the group, it had asked only nodes 2 and 3 for the map,
+    and must now find it the same way.
 Every wait polls a condition with a deadline. KEEP=1 keeps the nodes' logs.
 """
 import os
@@ -22,7 +25,7 @@ import tempfile
 
 import meta_seats as S
 
-AZS = ["az1", "az2", "az3", "az1", "az2", "az3"]
+AZS = ["az1", "az2", "az3", "az1", "az2", "az3", "az2"]
 
 
 def log(*a):
@@ -38,9 +41,9 @@ def main():
         for n in (1, 2, 3):
             cl.start(n)
         S.poll(lambda: cl.ready([1, 2, 3]), "nodes 1-3 ready")
-        for n in (4, 5, 6):
+        for n in (4, 5, 6, 7):
             cl.start(n)
-        S.poll(lambda: S.settled(cl, range(1, 7), {1, 2, 3}), "seats recorded as 1, 2, 3")
+        S.poll(lambda: S.settled(cl, range(1, 8), {1, 2, 3}), "seats recorded as 1, 2, 3")
         c4 = S.client(cl.cports[3])
         c4.create_table(TableName=S.TABLE, BillingMode="PAY_PER_REQUEST",
                         AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
@@ -51,8 +54,12 @@ def main():
         for k, v in items.items():
             c4.put_item(TableName=S.TABLE, Item={"pk": {"S": k}, "v": {"S": v}})
 
-        log("a) node 1 killed and down past replace-after: node 4 takes its seat")
+        log("a) nodes 1 and 7 killed, 1 down past replace-after: node 4 takes its seat")
+        S.strata(cli, cl, 4, "node", "drain", "7")
+        S.poll(lambda: not any(7 in p["members"] for p in cl.admin(4)["partitions"]),
+               "node 7 holds no partition replica")
         cl.kill(1)
+        cl.kill(7)
         S.poll(lambda: S.settled(cl, [2, 3, 4, 5, 6], {2, 3, 4}), "seats 2, 3, 4")
 
         log("b) nodes 2 and 3 drained, removed and stopped: the group is 4, 5, 6")
@@ -67,9 +74,11 @@ def main():
             cl.kill(n, signal.SIGTERM)
         c4.tag_resource(ResourceArn=arn, Tags=[{"Key": "step", "Value": "b"}])
 
-        log("c) node 1 back: it finds the new group through the other nodes and leaves")
+        log("c) nodes 1 and 7 back: they find the new group through the other nodes")
         cl.start(1)
-        S.poll(lambda: S.settled(cl, [1, 4, 5, 6], {4, 5, 6}), "node 1 back, out of the group")
+        cl.start(7)
+        S.poll(lambda: S.settled(cl, [1, 4, 5, 6, 7], {4, 5, 6}),
+               "nodes 1 and 7 back, 1 out of the group")
         with open(os.path.join(work, "n1.log")) as f:
             assert "left the meta group" in f.read(), "node 1 never said it left"
         c1 = S.client(cl.cports[0])
@@ -77,6 +86,9 @@ def main():
         assert S.tags(c1, arn).get("step") == "b", S.tags(c1, arn)
         c1.tag_resource(ResourceArn=arn, Tags=[{"Key": "step", "Value": "c"}])
         S.poll(lambda: S.tags(c4, arn).get("step") == "c", "node 1's tag seen through node 4", 10)
+        c7 = S.client(cl.cports[6])
+        S.read_all(c7, items)
+        assert S.tags(c7, arn).get("step") == "c", S.tags(c7, arn)
         ok = True
         log("meta_orphan: PASS")
     except Exception:
