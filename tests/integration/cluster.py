@@ -69,6 +69,8 @@ import boto3
 import botocore.config
 import botocore.exceptions
 
+import harness
+
 TABLE = "cluster_kv"
 NODES = 3
 START_DEADLINE_S = 90      # a node serves and the cluster is ready (ASan builds are slow)
@@ -162,10 +164,10 @@ class Node:
     def alive(self):
         return self.proc is not None and not self.killed and self.proc.poll() is None
 
-    def admin(self):
-        """GET /admin/cluster as a dict, or None when the node does not answer."""
+    def admin(self, path="/admin/cluster"):
+        """GET `path` (JSON) as a dict, or None when the node does not answer."""
         try:
-            with urllib.request.urlopen(self.url + "/admin/cluster", timeout=3) as r:
+            with urllib.request.urlopen(self.url + path, timeout=3) as r:
                 return json.loads(r.read())
         except (OSError, ValueError):
             return None
@@ -542,18 +544,7 @@ def part_d(cl, load):
 
 def digests_agree(cl):
     """True when every partition's replicas are at one applied index with one digest."""
-    seen = {}
-    for n in cl.nodes:
-        try:
-            with urllib.request.urlopen(n.url + "/admin/digests", timeout=5) as r:
-                d = json.load(r)
-        except (OSError, ValueError):
-            return False
-        for rep in d["replicas"]:
-            if not rep["complete"]:
-                return False
-            seen.setdefault(rep["partition"], set()).add((rep["applied_index"], rep["digest"]))
-    return bool(seen) and all(len(v) == 1 for v in seen.values())
+    return harness.digests_agree(cl.nodes)
 
 
 def part_e(cl):
