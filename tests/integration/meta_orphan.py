@@ -21,7 +21,6 @@ Every wait polls a condition with a deadline. KEEP=1 keeps the nodes' logs.
 import os
 import signal
 import sys
-import tempfile
 
 import meta_seats as S
 
@@ -32,71 +31,62 @@ def log(*a):
     print(*a, flush=True)
 
 
+def steps(cl, cli):
+    for n in (1, 2, 3):
+        cl.start(n)
+    S.poll(lambda: cl.ready([1, 2, 3]), "nodes 1-3 ready")
+    for n in (4, 5, 6, 7):
+        cl.start(n)
+    S.poll(lambda: S.settled(cl, range(1, 8), {1, 2, 3}), "seats recorded as 1, 2, 3")
+    c4 = S.client(cl.cports[3])
+    c4.create_table(TableName=S.TABLE, BillingMode="PAY_PER_REQUEST",
+                    AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+                    KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}])
+    arn = S.poll(lambda: (lambda t: t["TableStatus"] == "ACTIVE" and t["TableArn"])(
+        c4.describe_table(TableName=S.TABLE)["Table"]), "table ACTIVE")
+    items = {"k%d" % i: "v%d" % i for i in range(S.ITEMS)}
+    for k, v in items.items():
+        c4.put_item(TableName=S.TABLE, Item={"pk": {"S": k}, "v": {"S": v}})
+
+    log("a) nodes 1 and 7 killed, 1 down past replace-after: node 4 takes its seat")
+    S.strata(cli, cl, 4, "node", "drain", "7")
+    S.poll(lambda: not any(7 in p["members"] for p in cl.admin(4)["partitions"]),
+           "node 7 holds no partition replica")
+    cl.kill(1)
+    cl.kill(7)
+    S.poll(lambda: S.settled(cl, [2, 3, 4, 5, 6], {2, 3, 4}), "seats 2, 3, 4")
+
+    log("b) nodes 2 and 3 drained, removed and stopped: the group is 4, 5, 6")
+    S.strata(cli, cl, 4, "node", "drain", "2")
+    S.strata(cli, cl, 4, "node", "drain", "3")
+    S.poll(lambda: S.settled(cl, [2, 3, 4, 5, 6], {4, 5, 6}), "seats 4, 5, 6")
+    S.poll(lambda: not any({1, 2, 3} & set(p["members"]) for p in cl.admin(4)["partitions"]),
+           "nodes 1, 2 and 3 hold no partition replica")
+    for n in (2, 3):
+        out = S.strata(cli, cl, 4, "node", "remove", str(n), "--wait", "60")
+        assert "runs no replica" in out, out
+        cl.kill(n, signal.SIGTERM)
+    c4.tag_resource(ResourceArn=arn, Tags=[{"Key": "step", "Value": "b"}])
+
+    log("c) nodes 1 and 7 back: they find the new group through the other nodes")
+    cl.start(1)
+    cl.start(7)
+    S.poll(lambda: S.settled(cl, [1, 4, 5, 6, 7], {4, 5, 6}),
+           "nodes 1 and 7 back, 1 out of the group")
+    with open(os.path.join(cl.work, "n1.log")) as f:
+        assert "left the meta group" in f.read(), "node 1 never said it left"
+    c1 = S.client(cl.cports[0])
+    S.read_all(c1, items)
+    assert S.tags(c1, arn).get("step") == "b", S.tags(c1, arn)
+    c1.tag_resource(ResourceArn=arn, Tags=[{"Key": "step", "Value": "c"}])
+    S.poll(lambda: S.tags(c4, arn).get("step") == "c", "node 1's tag seen through node 4", 10)
+    c7 = S.client(cl.cports[6])
+    S.read_all(c7, items)
+    assert S.tags(c7, arn).get("step") == "c", S.tags(c7, arn)
+
+
 def main():
-    stratad, cli = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
-    work = tempfile.mkdtemp(prefix="strata-orphan-")
-    cl = S.Cluster(stratad, work, AZS)
-    ok = False
-    try:
-        for n in (1, 2, 3):
-            cl.start(n)
-        S.poll(lambda: cl.ready([1, 2, 3]), "nodes 1-3 ready")
-        for n in (4, 5, 6, 7):
-            cl.start(n)
-        S.poll(lambda: S.settled(cl, range(1, 8), {1, 2, 3}), "seats recorded as 1, 2, 3")
-        c4 = S.client(cl.cports[3])
-        c4.create_table(TableName=S.TABLE, BillingMode="PAY_PER_REQUEST",
-                        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
-                        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}])
-        arn = S.poll(lambda: (lambda t: t["TableStatus"] == "ACTIVE" and t["TableArn"])(
-            c4.describe_table(TableName=S.TABLE)["Table"]), "table ACTIVE")
-        items = {"k%d" % i: "v%d" % i for i in range(S.ITEMS)}
-        for k, v in items.items():
-            c4.put_item(TableName=S.TABLE, Item={"pk": {"S": k}, "v": {"S": v}})
-
-        log("a) nodes 1 and 7 killed, 1 down past replace-after: node 4 takes its seat")
-        S.strata(cli, cl, 4, "node", "drain", "7")
-        S.poll(lambda: not any(7 in p["members"] for p in cl.admin(4)["partitions"]),
-               "node 7 holds no partition replica")
-        cl.kill(1)
-        cl.kill(7)
-        S.poll(lambda: S.settled(cl, [2, 3, 4, 5, 6], {2, 3, 4}), "seats 2, 3, 4")
-
-        log("b) nodes 2 and 3 drained, removed and stopped: the group is 4, 5, 6")
-        S.strata(cli, cl, 4, "node", "drain", "2")
-        S.strata(cli, cl, 4, "node", "drain", "3")
-        S.poll(lambda: S.settled(cl, [2, 3, 4, 5, 6], {4, 5, 6}), "seats 4, 5, 6")
-        S.poll(lambda: not any({1, 2, 3} & set(p["members"]) for p in cl.admin(4)["partitions"]),
-               "nodes 1, 2 and 3 hold no partition replica")
-        for n in (2, 3):
-            out = S.strata(cli, cl, 4, "node", "remove", str(n), "--wait", "60")
-            assert "runs no replica" in out, out
-            cl.kill(n, signal.SIGTERM)
-        c4.tag_resource(ResourceArn=arn, Tags=[{"Key": "step", "Value": "b"}])
-
-        log("c) nodes 1 and 7 back: they find the new group through the other nodes")
-        cl.start(1)
-        cl.start(7)
-        S.poll(lambda: S.settled(cl, [1, 4, 5, 6, 7], {4, 5, 6}),
-               "nodes 1 and 7 back, 1 out of the group")
-        with open(os.path.join(work, "n1.log")) as f:
-            assert "left the meta group" in f.read(), "node 1 never said it left"
-        c1 = S.client(cl.cports[0])
-        S.read_all(c1, items)
-        assert S.tags(c1, arn).get("step") == "b", S.tags(c1, arn)
-        c1.tag_resource(ResourceArn=arn, Tags=[{"Key": "step", "Value": "c"}])
-        S.poll(lambda: S.tags(c4, arn).get("step") == "c", "node 1's tag seen through node 4", 10)
-        c7 = S.client(cl.cports[6])
-        S.read_all(c7, items)
-        assert S.tags(c7, arn).get("step") == "c", S.tags(c7, arn)
-        ok = True
-        log("meta_orphan: PASS")
-    except Exception:
-        S.dump(cl)
-        raise
-    finally:
-        cl.stop(ok)
-    return 0 if ok else 1
+    return S.run("meta_orphan", AZS, steps)
 
 
 if __name__ == "__main__":

@@ -156,97 +156,107 @@ def dump(cl):
                 loc.get("commit_index"), loc.get("applied_index"), loc.get("last_index")))
 
 
-def main():
+def run(name, azs, steps):
+    """Runs steps(cl, cli) on a Cluster of `azs` in a new work directory (the script's
+    arguments: STRATAD STRATA); on a failure what each node says, then the exception. Every
+    node is stopped in the end. The script's exit status."""
     stratad, cli = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
-    work = tempfile.mkdtemp(prefix="strata-seats-")
-    cl = Cluster(stratad, work)
+    cl = Cluster(stratad, tempfile.mkdtemp(prefix="strata-%s-" % name), azs)
     ok = False
     try:
-        for n in (1, 2, 3):
-            cl.start(n)
-        poll(lambda: cl.ready([1, 2, 3]), "nodes 1-3 ready")
-        for n in (4, 5):
-            cl.start(n)
-        poll(lambda: settled(cl, [1, 2, 3, 4, 5], {1, 2, 3}), "seats recorded as 1, 2, 3")
-        c1 = client(cl.cports[0])
-        c1.create_table(TableName=TABLE, BillingMode="PAY_PER_REQUEST",
-                        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
-                        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}])
-        arn = poll(lambda: (lambda t: t["TableStatus"] == "ACTIVE" and t["TableArn"])(
-            c1.describe_table(TableName=TABLE)["Table"]), "table ACTIVE")
-        items = {"k%d" % i: "v%d" % i for i in range(ITEMS)}
-        for k, v in items.items():
-            c1.put_item(TableName=TABLE, Item={"pk": {"S": k}, "v": {"S": v}})
-
-        log("a) drain node 3: node 4 takes its seat")
-        strata(cli, cl, 1, "node", "drain", "3")
-        poll(lambda: settled(cl, [1, 2, 3, 4, 5], {1, 2, 4}), "seats 1, 2, 4")
-        poll(lambda: not any(3 in p["members"] for p in cl.admin(1)["partitions"]),
-             "node 3 drained of partition replicas")
-        out = strata(cli, cl, 1, "node", "remove", "3", "--wait", "60")
-        assert "runs no replica" in out, out
-        cl.kill(3, signal.SIGTERM)
-        read_all(client(cl.cports[3]), items)
-
-        log("b) node 2 killed: the group (1, 2, 4) still changes the map")
-        cl.kill(2)
-        c5 = client(cl.cports[4])
-        c5.tag_resource(ResourceArn=arn, Tags=[{"Key": "step", "Value": "b"}])
-        poll(lambda: tags(c1, arn).get("step") == "b", "the tag seen through node 1", 10)
-
-        log("c) node 2 down past replace-after: node 5 takes its seat; node 2 comes back out")
-        poll(lambda: settled(cl, [1, 4, 5], {1, 4, 5}), "seats 1, 4, 5")
-        cl.start(2)
-        poll(lambda: settled(cl, [1, 2, 4, 5], {1, 4, 5}), "node 2 back, out of the group")
-        with open(os.path.join(work, "n2.log")) as f:
-            assert "left the meta group" in f.read(), "node 2 never said it left"
-        c2 = client(cl.cports[1])
-        read_all(c2, items)
-        # Out of the group, node 2 sends its map changes to the group's leader (the one it
-        # knew as a member may have been itself).
-        c2.tag_resource(ResourceArn=arn, Tags=[{"Key": "step", "Value": "c"}])
-        poll(lambda: tags(c1, arn).get("step") == "c", "node 2's tag seen through node 1", 10)
-
-        log("d) node 4 (joined the group late) restarts as a member")
-        with open(os.path.join(work, "d4", "cluster")) as f:
-            assert "meta joined" in f.read(), "node 4's cluster file lacks 'meta joined'"
-        cl.kill(4)
-        c5.tag_resource(ResourceArn=arn, Tags=[{"Key": "step", "Value": "d"}])
-        cl.start(4)
-        poll(lambda: settled(cl, [1, 2, 4, 5], {1, 4, 5}), "node 4 back in the group")
-        c4 = client(cl.cports[3])
-        poll(lambda: tags(c4, arn).get("step") == "d", "the tag seen through node 4", 10)
-        read_all(c4, items)
-        with open(os.path.join(work, "n4.log")) as f:
-            assert "cluster formed" not in f.read(), "node 4 formed a cluster of its own"
-
-        log("e) node 5 drained and at once activated again: three voters in the end")
-        strata(cli, cl, 1, "node", "drain", "5")
-        strata(cli, cl, 1, "node", "activate", "5")
-        end = poll(lambda: (lambda a: a and a["ready"] and len(seats(a)) == 3 and
-                            set(seats(a).values()) == {"voter"} and seats(a))(cl.admin(1)),
-                   "three voters, no learner")
-        poll(lambda: settled(cl, [1, 2, 4, 5], set(end)), "every node agrees on %s" % end)
-        log("seats after e): %s" % sorted(end))
-
-        log("f) every node killed at once and restarted: the same seats, nothing lost")
-        for n in (1, 2, 4, 5):
-            cl.kill(n)
-        for n in (1, 2, 4, 5):
-            cl.start(n)
-        poll(lambda: settled(cl, [1, 2, 4, 5], set(end)), "the cluster back with seats %s" % end)
-        poll(lambda: all_led(cl, [1, 2, 4, 5]), "every partition led after the restart")
-        c2 = client(cl.cports[1])
-        assert tags(c2, arn).get("step") == "d", tags(c2, arn)
-        read_all(c2, items)
+        steps(cl, cli)
         ok = True
-        log("meta_seats: PASS")
+        log(name + ": PASS")
     except Exception:
         dump(cl)
         raise
     finally:
         cl.stop(ok)
     return 0 if ok else 1
+
+
+def steps(cl, cli):
+    for n in (1, 2, 3):
+        cl.start(n)
+    poll(lambda: cl.ready([1, 2, 3]), "nodes 1-3 ready")
+    for n in (4, 5):
+        cl.start(n)
+    poll(lambda: settled(cl, [1, 2, 3, 4, 5], {1, 2, 3}), "seats recorded as 1, 2, 3")
+    c1 = client(cl.cports[0])
+    c1.create_table(TableName=TABLE, BillingMode="PAY_PER_REQUEST",
+                    AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+                    KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}])
+    arn = poll(lambda: (lambda t: t["TableStatus"] == "ACTIVE" and t["TableArn"])(
+        c1.describe_table(TableName=TABLE)["Table"]), "table ACTIVE")
+    items = {"k%d" % i: "v%d" % i for i in range(ITEMS)}
+    for k, v in items.items():
+        c1.put_item(TableName=TABLE, Item={"pk": {"S": k}, "v": {"S": v}})
+
+    log("a) drain node 3: node 4 takes its seat")
+    strata(cli, cl, 1, "node", "drain", "3")
+    poll(lambda: settled(cl, [1, 2, 3, 4, 5], {1, 2, 4}), "seats 1, 2, 4")
+    poll(lambda: not any(3 in p["members"] for p in cl.admin(1)["partitions"]),
+         "node 3 drained of partition replicas")
+    out = strata(cli, cl, 1, "node", "remove", "3", "--wait", "60")
+    assert "runs no replica" in out, out
+    cl.kill(3, signal.SIGTERM)
+    read_all(client(cl.cports[3]), items)
+
+    log("b) node 2 killed: the group (1, 2, 4) still changes the map")
+    cl.kill(2)
+    c5 = client(cl.cports[4])
+    c5.tag_resource(ResourceArn=arn, Tags=[{"Key": "step", "Value": "b"}])
+    poll(lambda: tags(c1, arn).get("step") == "b", "the tag seen through node 1", 10)
+
+    log("c) node 2 down past replace-after: node 5 takes its seat; node 2 comes back out")
+    poll(lambda: settled(cl, [1, 4, 5], {1, 4, 5}), "seats 1, 4, 5")
+    cl.start(2)
+    poll(lambda: settled(cl, [1, 2, 4, 5], {1, 4, 5}), "node 2 back, out of the group")
+    with open(os.path.join(cl.work, "n2.log")) as f:
+        assert "left the meta group" in f.read(), "node 2 never said it left"
+    c2 = client(cl.cports[1])
+    read_all(c2, items)
+    # Out of the group, node 2 sends its map changes to the group's leader (the one it
+    # knew as a member may have been itself).
+    c2.tag_resource(ResourceArn=arn, Tags=[{"Key": "step", "Value": "c"}])
+    poll(lambda: tags(c1, arn).get("step") == "c", "node 2's tag seen through node 1", 10)
+
+    log("d) node 4 (joined the group late) restarts as a member")
+    with open(os.path.join(cl.work, "d4", "cluster")) as f:
+        assert "meta joined" in f.read(), "node 4's cluster file lacks 'meta joined'"
+    cl.kill(4)
+    c5.tag_resource(ResourceArn=arn, Tags=[{"Key": "step", "Value": "d"}])
+    cl.start(4)
+    poll(lambda: settled(cl, [1, 2, 4, 5], {1, 4, 5}), "node 4 back in the group")
+    c4 = client(cl.cports[3])
+    poll(lambda: tags(c4, arn).get("step") == "d", "the tag seen through node 4", 10)
+    read_all(c4, items)
+    with open(os.path.join(cl.work, "n4.log")) as f:
+        assert "cluster formed" not in f.read(), "node 4 formed a cluster of its own"
+
+    log("e) node 5 drained and at once activated again: three voters in the end")
+    strata(cli, cl, 1, "node", "drain", "5")
+    strata(cli, cl, 1, "node", "activate", "5")
+    end = poll(lambda: (lambda a: a and a["ready"] and len(seats(a)) == 3 and
+                        set(seats(a).values()) == {"voter"} and seats(a))(cl.admin(1)),
+               "three voters, no learner")
+    poll(lambda: settled(cl, [1, 2, 4, 5], set(end)), "every node agrees on %s" % end)
+    log("seats after e): %s" % sorted(end))
+
+    log("f) every node killed at once and restarted: the same seats, nothing lost")
+    for n in (1, 2, 4, 5):
+        cl.kill(n)
+    for n in (1, 2, 4, 5):
+        cl.start(n)
+    poll(lambda: settled(cl, [1, 2, 4, 5], set(end)), "the cluster back with seats %s" % end)
+    poll(lambda: all_led(cl, [1, 2, 4, 5]), "every partition led after the restart")
+    c2 = client(cl.cports[1])
+    assert tags(c2, arn).get("step") == "d", tags(c2, arn)
+    read_all(c2, items)
+
+
+def main():
+    return run("meta_seats", AZS, steps)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ Every wait polls a condition with a deadline. KEEP=1 keeps the nodes' logs.
 import os
 import signal
 import sys
-import tempfile
 
 import meta_seats as S
 
@@ -37,50 +36,41 @@ def leader_said(work, text):
     return False
 
 
+def steps(cl, cli):
+    for n in (1, 2, 3):
+        cl.start(n)
+    S.poll(lambda: S.settled(cl, [1, 2, 3], {1, 2, 3}), "seats recorded as 1, 2, 3")
+
+    log("a) node 3 removed with nobody to take its seat: the group shrinks to 1, 2")
+    S.strata(cli, cl, 1, "node", "drain", "3")
+    out = S.strata(cli, cl, 1, "node", "remove", "3", "--wait", "60")
+    assert "runs no replica" in out, out
+    S.poll(lambda: S.settled(cl, [1, 2], {1, 2}), "seats 1, 2")
+    assert leader_said(cl.work, "nobody can take its seat: the group shrinks"), \
+        "no node said the group shrinks"
+    cl.kill(3, signal.SIGTERM)
+
+    log("b) node 4 joins and takes the seat the group is short of")
+    cl.start(4)
+    S.poll(lambda: S.settled(cl, [1, 2, 4], {1, 2, 4}), "seats 1, 2, 4")
+
+    log("c) a table over nodes 1, 2 and 4")
+    c1 = S.client(cl.cports[0])
+    c1.create_table(TableName=S.TABLE, BillingMode="PAY_PER_REQUEST",
+                    AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+                    KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}])
+    S.poll(lambda: c1.describe_table(TableName=S.TABLE)["Table"]["TableStatus"] == "ACTIVE",
+           "table ACTIVE")
+    items = {"k%d" % i: "v%d" % i for i in range(S.ITEMS)}
+    for k, v in items.items():
+        c1.put_item(TableName=S.TABLE, Item={"pk": {"S": k}, "v": {"S": v}})
+    S.read_all(S.client(cl.cports[3]), items)
+    parts = cl.admin(4)["partitions"]
+    assert parts and all(sorted(p["members"]) == [1, 2, 4] for p in parts), parts
+
+
 def main():
-    stratad, cli = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
-    work = tempfile.mkdtemp(prefix="strata-shrink-")
-    cl = S.Cluster(stratad, work, AZS)
-    ok = False
-    try:
-        for n in (1, 2, 3):
-            cl.start(n)
-        S.poll(lambda: S.settled(cl, [1, 2, 3], {1, 2, 3}), "seats recorded as 1, 2, 3")
-
-        log("a) node 3 removed with nobody to take its seat: the group shrinks to 1, 2")
-        S.strata(cli, cl, 1, "node", "drain", "3")
-        out = S.strata(cli, cl, 1, "node", "remove", "3", "--wait", "60")
-        assert "runs no replica" in out, out
-        S.poll(lambda: S.settled(cl, [1, 2], {1, 2}), "seats 1, 2")
-        assert leader_said(work, "nobody can take its seat: the group shrinks"), \
-            "no node said the group shrinks"
-        cl.kill(3, signal.SIGTERM)
-
-        log("b) node 4 joins and takes the seat the group is short of")
-        cl.start(4)
-        S.poll(lambda: S.settled(cl, [1, 2, 4], {1, 2, 4}), "seats 1, 2, 4")
-
-        log("c) a table over nodes 1, 2 and 4")
-        c1 = S.client(cl.cports[0])
-        c1.create_table(TableName=S.TABLE, BillingMode="PAY_PER_REQUEST",
-                        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
-                        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}])
-        S.poll(lambda: c1.describe_table(TableName=S.TABLE)["Table"]["TableStatus"] == "ACTIVE",
-               "table ACTIVE")
-        items = {"k%d" % i: "v%d" % i for i in range(S.ITEMS)}
-        for k, v in items.items():
-            c1.put_item(TableName=S.TABLE, Item={"pk": {"S": k}, "v": {"S": v}})
-        S.read_all(S.client(cl.cports[3]), items)
-        parts = cl.admin(4)["partitions"]
-        assert parts and all(sorted(p["members"]) == [1, 2, 4] for p in parts), parts
-        ok = True
-        log("meta_shrink: PASS")
-    except Exception:
-        S.dump(cl)
-        raise
-    finally:
-        cl.stop(ok)
-    return 0 if ok else 1
+    return S.run("meta_shrink", AZS, steps)
 
 
 if __name__ == "__main__":
