@@ -1,16 +1,19 @@
 /*
- * Sync stalls of the machine, without Strata: WRITERS threads, each with a file of its
- * own, write 8 KiB and fdatasync at RATE syncs a second (a WAL's group commit), first on
- * an otherwise idle machine, then with one busy-looping thread per CPU (what a saturated
- * closed-loop benchmark does to the CPUs). For each phase it prints the syncs' latency
- * (p50, p99, max), how many took over 4 ms, and where those fell in CLOCK_MONOTONIC's
- * 100 ms periods (ten 10 ms bins). A machine whose disk completions wait for something
- * periodic shows up as slow syncs piled into one bin (see tests/bench/cluster/README.md).
+ * Sync stalls of the machine, without Strata. WRITERS threads, each with a file of its
+ * own, write 8 KiB and fdatasync at RATE syncs a second (a WAL's group commit). Three
+ * phases: the writers on an otherwise idle machine ("idle"); one busy-looping thread per
+ * CPU and no writes ("spin"); both at once ("busy", what a saturated closed-loop
+ * benchmark does). For the writers it prints the syncs' latency (p50, p99, max), how many
+ * took over 4 ms, and where those started in CLOCK_MONOTONIC's 100 ms period (ten 10 ms
+ * bins). Each busy thread watches the clock and reports the gaps over 1 ms between two of
+ * its readings, by where they ended: gaps that end at the same point of the period on
+ * every CPU mean the whole machine was stopped (see tests/bench/cluster/README.md).
  *
  *   bench_syncstall [DIR] [SECONDS] [WRITERS] [RATE]     (defaults: /tmp 5 3 800)
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -28,6 +31,7 @@
 #define SLOW_NS     4000000ull
 #define PERIOD_NS   100000000ull
 #define BINS        10
+#define GAP_NS      1000000ull
 
 typedef struct {
     uint64_t start_ns, took_ns;
@@ -122,13 +126,38 @@ static void *run_writer(void *arg)
     return NULL;
 }
 
+/* A busy loop that also watches the clock: a gap of over GAP_NS between two readings
+ * means this CPU ran something else, or the whole machine was stopped. */
+typedef struct {
+    uint64_t gaps, gap_ns;
+    uint64_t ends[BINS]; /* gaps by where in the 100 ms period they ended */
+} burner;
+
 static void *run_burner(void *arg)
 {
-    (void)arg;
-    volatile uint64_t spins = 0;
-    while (atomic_load_explicit(&burning, memory_order_relaxed))
-        spins++;
+    burner *b = arg;
+    uint64_t prev = now_ns();
+    while (atomic_load_explicit(&burning, memory_order_relaxed)) {
+        uint64_t t = now_ns();
+        if (t - prev > GAP_NS) {
+            b->gaps++;
+            b->gap_ns += t - prev;
+            b->ends[(t % PERIOD_NS) * BINS / PERIOD_NS]++;
+        }
+        prev = t;
+    }
     return NULL;
+}
+
+static void report_burners(const burner *bs, unsigned n, double seconds)
+{
+    for (unsigned i = 0; i < n; i++) {
+        printf("        busy thread %u: %4" PRIu64 " gaps over 1 ms, %6.1f ms a second; by end:", i,
+               bs[i].gaps, (double)bs[i].gap_ns / 1e6 / seconds);
+        for (int b = 0; b < BINS; b++)
+            printf(" %d-%d:%" PRIu64, b * 10, b * 10 + 9, bs[i].ends[b]);
+        printf("\n");
+    }
 }
 
 static int cmp_u64(const void *a, const void *b)
@@ -178,14 +207,19 @@ static int run_phase(const char *phase, const char *dir, double seconds, unsigne
 {
     writer ws[MAX_WRITERS];
     pthread_t wt[MAX_WRITERS], bt[MAX_CPUS];
+    burner bs[MAX_CPUS];
     size_t cap = (size_t)(seconds * rate) + 16;
     atomic_store(&burning, true);
     unsigned burners = 0;
-    for (; burners < n_burners; burners++)
-        if (pthread_create(&bt[burners], NULL, run_burner, NULL) != 0)
+    for (; burners < n_burners; burners++) {
+        bs[burners] = (burner){0};
+        if (pthread_create(&bt[burners], NULL, run_burner, &bs[burners]) != 0)
             break;
+    }
     int rc = 0;
     unsigned started = 0;
+    if (n_writers == 0) /* the busy threads alone, for as long */
+        sleep_until(now_ns() + (uint64_t)(seconds * 1e9));
     for (; started < n_writers; started++) {
         writer *w = &ws[started];
         *w = (writer){.seconds = seconds, .rate = rate, .cap = cap};
@@ -207,8 +241,12 @@ static int run_phase(const char *phase, const char *dir, double seconds, unsigne
             fprintf(stderr, "bench_syncstall: %s: %s\n", ws[i].path, strerror(ws[i].failed_errno));
             rc = -1;
         }
-    if (rc == 0)
+    if (rc == 0 && started > 0)
         report(phase, ws, started);
+    else if (rc == 0)
+        printf("%-7s no writes\n", phase);
+    if (rc == 0)
+        report_burners(bs, burners, seconds);
     for (unsigned i = 0; i < started; i++)
         free(ws[i].samples);
     return rc;
@@ -234,8 +272,11 @@ int main(int argc, char **argv)
     printf("%ld writers, each write %u bytes + fdatasync at %ld/s, %.0f s a phase, in %s\n",
            n_writers, WRITE_BYTES, rate, seconds, dir);
     if (run_phase("idle", dir, seconds, (unsigned)n_writers, (unsigned)rate, 0) != 0 ||
+        run_phase("spin", dir, seconds, 0, (unsigned)rate, (unsigned)cpus) != 0 ||
         run_phase("busy", dir, seconds, (unsigned)n_writers, (unsigned)rate, (unsigned)cpus) != 0)
         return 1;
-    printf("(busy: one busy-looping thread per CPU, %ld, alongside the writers)\n", cpus);
+    printf("(spin: one busy-looping thread per CPU, %ld, and no writes; busy: the same "
+           "alongside the writers)\n",
+           cpus);
     return 0;
 }
