@@ -416,6 +416,7 @@ struct rcluster {
     size_t n_known;
     bool voter;       /* this node runs a replica of the meta group (voter or learner) */
     bool meta_joined; /* ... that joined after formation (see "The meta group's seats") */
+    bool cluster_file_stale; /* the file lags the above: a write failed (cluster_file_save) */
     uint64_t meta_leaderless_since; /* when its replica last lost sight of a leader; 0 */
     uint64_t meta_release_asked_at;
     uint64_t seat_transfer_at;
@@ -805,7 +806,26 @@ static int cluster_file_write(rcluster *c, strata_err *err)
     cluster_file_encode(&f, &b);
     int rc = write_file_durably(c, CLUSTER_FILE, &b, err);
     buf_free(&b);
+    if (rc == 0)
+        c->cluster_file_stale = false;
     return rc;
+}
+
+/* Writes the cluster file after `what` changed, where the change stands even if the file
+ * cannot follow: a failed write is said once and tried again every tick until it succeeds
+ * (a restart before then finds the previous file, which still names nodes to ask). */
+static void cluster_file_save(rcluster *c, const char *what)
+{
+    bool was_stale = c->cluster_file_stale;
+    strata_err err;
+    if (cluster_file_write(c, &err) == 0) {
+        if (was_stale)
+            fprintf(stderr, "stratad: cluster file written again\n");
+        return;
+    }
+    c->cluster_file_stale = true;
+    if (!was_stale)
+        fprintf(stderr, "stratad: %s; %s (trying again every %d ms)\n", what, err.msg, TICK_MS);
 }
 
 /* 1 when read (into c->members, c->known, c->meta_joined), 0 when there is no file, -1
@@ -828,7 +848,7 @@ static int cluster_file_read(rcluster *c, strata_err *err)
         /* One byte more than a file may have: a longer one fails to decode. */
         size_t n = fread(text, 1, CLUSTER_FILE_MAX_BYTES + 1, fp);
         if (ferror(fp))
-            strata_err_set(err, ERR_IO, "cannot read %s", path);
+            strata_err_set(err, ERR_IO, "cannot read %s: %s", path, strerror(errno));
         else if (cluster_file_decode(text, n, f, &why) < 0)
             strata_err_set(err, ERR_CORRUPT, "%s is damaged: %s", path, why.msg);
         else
@@ -6192,9 +6212,7 @@ static void members_follow_map(rcluster *c, const meta_partition *g)
         return;
     memcpy(c->members, m, n * sizeof *m);
     c->n_members = n;
-    strata_err err;
-    if (cluster_file_write(c, &err) < 0)
-        fprintf(stderr, "stratad: the meta voters changed; %s (written again later)\n", err.msg);
+    cluster_file_save(c, "the meta voters changed");
 }
 
 /* c->known := up to MAX_KNOWN_NODES other nodes of the map (not REMOVED), with their peer
@@ -6213,10 +6231,7 @@ static void known_follow_map(rcluster *c)
         return;
     memcpy(c->known, m, n * sizeof *m);
     c->n_known = n;
-    strata_err err;
-    if (cluster_file_write(c, &err) < 0) /* as in members_follow_map: a hint, not retried */
-        fprintf(stderr, "stratad: the cluster's nodes changed; %s (written again later)\n",
-                err.msg);
+    cluster_file_save(c, "the cluster's nodes changed");
 }
 
 /* Takes the seat the map gives this node: an empty replica joins the group. */
@@ -6248,8 +6263,7 @@ static void meta_seat_leave(rcluster *c)
     c->voter = false;
     c->meta_joined = false;
     c->meta_leaderless_since = 0;
-    if (cluster_file_write(c, &err) < 0)
-        fprintf(stderr, "stratad: %s\n", err.msg);
+    cluster_file_save(c, "this node left the meta group");
     fprintf(stderr, "stratad: left the meta group (the map moved this node's seat)\n");
 }
 
@@ -6740,6 +6754,8 @@ static void on_tick(uv_timer_t *t)
         ask_to_join(c);
     if ((!c->voter || meta_orphaned(c)) && now_ms(c) - c->last_fetch >= META_FETCH_MS)
         fetch_meta(c);
+    if (c->cluster_file_stale)
+        cluster_file_save(c, "the cluster file lags");
     register_self(c);
     snapshots_tick(c);
     reconcile(c);

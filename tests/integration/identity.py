@@ -15,7 +15,8 @@ table with items, then:
     stops with exit status 1 and says why; that directory, which never joined, then
     starts under a new id (as the refusal advises);
  c) node 3's real directory started as node 4: refused at once ("belongs to node 3");
-    with its identity file damaged, or without its log directory: refused at once too;
+    with its identity file damaged, its cluster file damaged or unreadable, or without its
+    log directory: refused at once too, naming the file;
  d) node 3 on its own directory again: it rejoins, catches up, and every item reads back
     strongly through it;
  e) node 1, which bootstrapped the cluster, restarted with the same command (--bootstrap)
@@ -149,6 +150,7 @@ def part_bcd(cl, work, acked):
             "node 3 with a damaged identity says why it stops: %s" % out[-500:])
     os.replace(ident_saved, ident)
     C.log("c) ok: node 3 with a damaged identity file was refused")
+    refuse_bad_cluster_file(cmd, saved, work)
 
     # Its log directory gone (kept aside): refused at start as well.
     log_dir, log_saved = os.path.join(saved, "log"), os.path.join(work, "n3-log.saved")
@@ -161,6 +163,33 @@ def part_bcd(cl, work, acked):
     restore_and_rejoin(cl, n3, data, saved, acked)
     C.log("d) ok: node 3 on its own directory rejoined, caught up, %d items read back through it" %
           len(acked))
+
+
+def refuse_bad_cluster_file(cmd, saved, work):
+    """Node 3's cluster file (the meta members and other nodes it asks for the map at a
+    restart) damaged, then unreadable (a directory in its place): node 3 must stop and
+    name the file, not start without knowing its cluster. The file is put back after."""
+    path, kept = os.path.join(saved, "cluster"), os.path.join(work, "n3-cluster")
+    shutil.copyfile(path, kept)
+    with open(path, "rb") as f:
+        text = bytearray(f.read())
+    at = text.index(b"members ") + len("members ")
+    text[at] = ord("7") if text[at] != ord("7") else ord("8")  # a member's id changed
+    with open(path, "wb") as f:
+        f.write(text)
+    out = run_until_exit(cmd, os.path.join(work, "badcluster.log"),
+                         "node 3 with a damaged cluster file")
+    C.check("%s is damaged" % path in out,
+            "node 3 with a damaged cluster file says why it stops: %s" % out[-500:])
+    os.remove(path)
+    os.mkdir(path)
+    out = run_until_exit(cmd, os.path.join(work, "dircluster.log"),
+                         "node 3 with a directory for its cluster file")
+    C.check("cannot read %s" % path in out,
+            "node 3 with an unreadable cluster file says why it stops: %s" % out[-500:])
+    os.rmdir(path)
+    os.replace(kept, path)
+    C.log("c) ok: node 3 with a damaged or unreadable cluster file was refused")
 
 
 def part_e(cl, work, acked):

@@ -8,7 +8,9 @@ Nodes 1 (az1), 2 (az2) and 3 (az3) form the meta group; no table yet.
     node 3's seat, so draining keeps it; once node 3 is REMOVED the group shrinks to 1 and 2
     (the leader says so in its log), the remove returns once node 3 runs no replica, and
     node 3 stops.
- b) node 4 (az3) joins: it takes the seat the group is short of (1, 2, 4).
+ b) node 4 (az3) joins: it takes the seat the group is short of (1, 2, 4). Node 1 cannot
+    write its cluster file meanwhile (a directory stands where its temporary file goes): it
+    says so once, and once the way is clear it writes the file, with node 4, by itself.
  c) a table (three replicas in three AZs, node 4 holding the az3 ones) takes items through
     node 1, and they read back strongly through node 4.
 After each step every live node shows the same seats and the members run the group.
@@ -36,6 +38,16 @@ def leader_said(work, text):
     return False
 
 
+def cluster_file(cl, nid):
+    with open(os.path.join(cl.work, "d%d" % nid, "cluster")) as f:
+        return f.read()
+
+
+def said(cl, nid, text):
+    with open(os.path.join(cl.work, "n%d.log" % nid)) as f:
+        return text in f.read()
+
+
 def steps(cl, cli):
     for n in (1, 2, 3):
         cl.start(n)
@@ -50,9 +62,17 @@ def steps(cl, cli):
         "no node said the group shrinks"
     cl.kill(3, signal.SIGTERM)
 
-    log("b) node 4 joins and takes the seat the group is short of")
+    log("b) node 4 joins and takes the seat the group is short of; node 1's cluster file "
+        "cannot be written until later")
+    blocker = os.path.join(cl.work, "d1", "cluster.tmp")
+    os.mkdir(blocker)
     cl.start(4)
     S.poll(lambda: S.settled(cl, [1, 2, 4], {1, 2, 4}), "seats 1, 2, 4")
+    S.poll(lambda: said(cl, 1, "trying again every"), "node 1 says its cluster file lags")
+    assert "4@" not in cluster_file(cl, 1), cluster_file(cl, 1)
+    os.rmdir(blocker)
+    S.poll(lambda: "4@" in cluster_file(cl, 1), "node 1's cluster file names node 4")
+    assert said(cl, 1, "cluster file written again"), "node 1 did not say the file caught up"
 
     log("c) a table over nodes 1, 2 and 4")
     c1 = S.client(cl.cports[0])
