@@ -177,16 +177,15 @@ def refuse_bad_cluster_file(cmd, saved, work):
     text[at] = ord("7") if text[at] != ord("7") else ord("8")  # a member's id changed
     with open(path, "wb") as f:
         f.write(text)
-    out = run_until_exit(cmd, os.path.join(work, "badcluster.log"),
-                         "node 3 with a damaged cluster file")
-    C.check("%s is damaged" % path in out,
-            "node 3 with a damaged cluster file says why it stops: %s" % out[-500:])
+    def refused(log_name, what, says):
+        out = run_until_exit(cmd, os.path.join(work, log_name), what)
+        C.check(says in out, "%s says why it stops: %s" % (what, out[-500:]))
+
+    refused("badcluster.log", "node 3 with a damaged cluster file", "%s is damaged" % path)
     os.remove(path)
     os.mkdir(path)
-    out = run_until_exit(cmd, os.path.join(work, "dircluster.log"),
-                         "node 3 with a directory for its cluster file")
-    C.check("cannot read %s" % path in out,
-            "node 3 with an unreadable cluster file says why it stops: %s" % out[-500:])
+    refused("dircluster.log", "node 3 with a directory for its cluster file",
+            "cannot read %s" % path)
     os.rmdir(path)
     os.replace(kept, path)
     C.log("c) ok: node 3 with a damaged or unreadable cluster file was refused")
