@@ -52,6 +52,23 @@ def run_until_exit(cmd, log_path, what):
     return out
 
 
+def refused(cmd, log_path, what, says):
+    """Runs cmd, which must exit with status 1 within the deadline and say `says`."""
+    out = run_until_exit(cmd, log_path, what)
+    C.check(says in out, "%s says why it stops: %s" % (what, out[-500:]))
+
+
+def damage_after(path, marker, new, other):
+    """Changes the character after `marker` in the file to `new` (`other` if it was
+    `new` already): one character changed, which its checksum must catch."""
+    with open(path, "rb") as f:
+        text = bytearray(f.read())
+    at = text.index(marker) + len(marker)
+    text[at] = ord(new) if text[at] != ord(new) else ord(other)
+    with open(path, "wb") as f:
+        f.write(text)
+
+
 def put_items(c, prefix, n):
     for i in range(n):
         c.put_item(TableName=C.TABLE, Item={"pk": {"S": "%s%d" % (prefix, i)},
@@ -129,25 +146,17 @@ def part_bcd(cl, work, acked):
 
     cmd = [a if a != data else saved for a in n3.command()]
     cmd[cmd.index("--node-id") + 1] = "4"
-    out = run_until_exit(cmd, os.path.join(work, "wrongid.log"), "node 3's directory as node 4")
-    C.check("belongs to node 3, not to node 4" in out,
-            "node 3's directory refuses node 4: %s" % out[-500:])
+    refused(cmd, os.path.join(work, "wrongid.log"), "node 3's directory as node 4",
+            "belongs to node 3, not to node 4")
     C.log("c) ok: node 3's directory started as node 4 was refused")
 
     # Its identity file damaged (kept aside): refused at start, naming the file.
     ident, ident_saved = os.path.join(saved, "node-identity"), os.path.join(work, "n3-identity")
     shutil.copyfile(ident, ident_saved)
-    with open(ident, "rb") as f:
-        text = bytearray(f.read())
-    at = text.index(b"incarnation ") + len("incarnation ")
-    text[at] = ord("0") if text[at] != ord("0") else ord("1")  # one hex digit changed
-    with open(ident, "wb") as f:
-        f.write(text)
+    damage_after(ident, b"incarnation ", "0", "1")  # one hex digit changed
     cmd = [a if a != data else saved for a in n3.command()]
-    out = run_until_exit(cmd, os.path.join(work, "badident.log"),
-                         "node 3 with a damaged identity")
-    C.check("node-identity is damaged (checksum or format)" in out,
-            "node 3 with a damaged identity says why it stops: %s" % out[-500:])
+    refused(cmd, os.path.join(work, "badident.log"), "node 3 with a damaged identity",
+            "node-identity is damaged (checksum or format)")
     os.replace(ident_saved, ident)
     C.log("c) ok: node 3 with a damaged identity file was refused")
     refuse_bad_cluster_file(cmd, saved, work)
@@ -155,9 +164,8 @@ def part_bcd(cl, work, acked):
     # Its log directory gone (kept aside): refused at start as well.
     log_dir, log_saved = os.path.join(saved, "log"), os.path.join(work, "n3-log.saved")
     os.rename(log_dir, log_saved)
-    out = run_until_exit(cmd, os.path.join(work, "nolog.log"), "node 3 without its log")
-    C.check("but its log directory is missing" in out,
-            "node 3 without its log says why it stops: %s" % out[-500:])
+    refused(cmd, os.path.join(work, "nolog.log"), "node 3 without its log",
+            "but its log directory is missing")
     os.rename(log_saved, log_dir)
     C.log("c) ok: node 3 without its log directory was refused")
     restore_and_rejoin(cl, n3, data, saved, acked)
@@ -171,21 +179,13 @@ def refuse_bad_cluster_file(cmd, saved, work):
     name the file, not start without knowing its cluster. The file is put back after."""
     path, kept = os.path.join(saved, "cluster"), os.path.join(work, "n3-cluster")
     shutil.copyfile(path, kept)
-    with open(path, "rb") as f:
-        text = bytearray(f.read())
-    at = text.index(b"members ") + len("members ")
-    text[at] = ord("7") if text[at] != ord("7") else ord("8")  # a member's id changed
-    with open(path, "wb") as f:
-        f.write(text)
-    def refused(log_name, what, says):
-        out = run_until_exit(cmd, os.path.join(work, log_name), what)
-        C.check(says in out, "%s says why it stops: %s" % (what, out[-500:]))
-
-    refused("badcluster.log", "node 3 with a damaged cluster file", "%s is damaged" % path)
+    damage_after(path, b"members ", "7", "8")  # a member's id changed
+    refused(cmd, os.path.join(work, "badcluster.log"), "node 3 with a damaged cluster file",
+            "%s is damaged" % path)
     os.remove(path)
     os.mkdir(path)
-    refused("dircluster.log", "node 3 with a directory for its cluster file",
-            "cannot read %s" % path)
+    refused(cmd, os.path.join(work, "dircluster.log"),
+            "node 3 with a directory for its cluster file", "cannot read %s" % path)
     os.rmdir(path)
     os.replace(kept, path)
     C.log("c) ok: node 3 with a damaged or unreadable cluster file was refused")
