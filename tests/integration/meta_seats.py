@@ -95,6 +95,16 @@ class Cluster:
     def ready(self, nids):
         return all((self.admin(n) or {}).get("ready") for n in nids)
 
+    def said(self, nid, text):
+        """Whether node nid's log has `text`."""
+        with open(os.path.join(self.work, "n%d.log" % nid)) as f:
+            return text in f.read()
+
+    def cluster_file(self, nid):
+        """Node nid's cluster file, as text."""
+        with open(os.path.join(self.work, "d%d" % nid, "cluster")) as f:
+            return f.read()
+
 
 def seats(a):
     """{node: role} of the meta group as one node's map has it."""
@@ -212,8 +222,7 @@ def steps(cl, cli):
     poll(lambda: settled(cl, [1, 4, 5], {1, 4, 5}), "seats 1, 4, 5")
     cl.start(2)
     poll(lambda: settled(cl, [1, 2, 4, 5], {1, 4, 5}), "node 2 back, out of the group")
-    with open(os.path.join(cl.work, "n2.log")) as f:
-        assert "left the meta group" in f.read(), "node 2 never said it left"
+    assert cl.said(2, "left the meta group"), "node 2 never said it left"
     c2 = client(cl.cports[1])
     read_all(c2, items)
     # Out of the group, node 2 sends its map changes to the group's leader (the one it
@@ -222,8 +231,7 @@ def steps(cl, cli):
     poll(lambda: tags(c1, arn).get("step") == "c", "node 2's tag seen through node 1", 10)
 
     log("d) node 4 (joined the group late) restarts as a member")
-    with open(os.path.join(cl.work, "d4", "cluster")) as f:
-        assert "meta joined" in f.read(), "node 4's cluster file lacks 'meta joined'"
+    assert "meta joined" in cl.cluster_file(4), "node 4's cluster file lacks 'meta joined'"
     cl.kill(4)
     c5.tag_resource(ResourceArn=arn, Tags=[{"Key": "step", "Value": "d"}])
     cl.start(4)
@@ -231,8 +239,7 @@ def steps(cl, cli):
     c4 = client(cl.cports[3])
     poll(lambda: tags(c4, arn).get("step") == "d", "the tag seen through node 4", 10)
     read_all(c4, items)
-    with open(os.path.join(cl.work, "n4.log")) as f:
-        assert "cluster formed" not in f.read(), "node 4 formed a cluster of its own"
+    assert not cl.said(4, "cluster formed"), "node 4 formed a cluster of its own"
 
     log("e) node 5 drained and at once activated again: three voters in the end")
     strata(cli, cl, 1, "node", "drain", "5")

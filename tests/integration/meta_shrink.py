@@ -29,25 +29,6 @@ def log(*a):
     print(*a, flush=True)
 
 
-def leader_said(work, text):
-    """Whether any node's log has `text`."""
-    for n in (1, 2, 3):
-        with open(os.path.join(work, "n%d.log" % n)) as f:
-            if text in f.read():
-                return True
-    return False
-
-
-def cluster_file(cl, nid):
-    with open(os.path.join(cl.work, "d%d" % nid, "cluster")) as f:
-        return f.read()
-
-
-def said(cl, nid, text):
-    with open(os.path.join(cl.work, "n%d.log" % nid)) as f:
-        return text in f.read()
-
-
 def steps(cl, cli):
     for n in (1, 2, 3):
         cl.start(n)
@@ -58,8 +39,8 @@ def steps(cl, cli):
     out = S.strata(cli, cl, 1, "node", "remove", "3", "--wait", "60")
     assert "runs no replica" in out, out
     S.poll(lambda: S.settled(cl, [1, 2], {1, 2}), "seats 1, 2")
-    assert leader_said(cl.work, "nobody can take its seat: the group shrinks"), \
-        "no node said the group shrinks"
+    shrank = "nobody can take its seat: the group shrinks"
+    assert any(cl.said(n, shrank) for n in (1, 2, 3)), "no node said the group shrinks"
     cl.kill(3, signal.SIGTERM)
 
     log("b) node 4 joins and takes the seat the group is short of; node 1's cluster file "
@@ -68,11 +49,11 @@ def steps(cl, cli):
     os.mkdir(blocker)
     cl.start(4)
     S.poll(lambda: S.settled(cl, [1, 2, 4], {1, 2, 4}), "seats 1, 2, 4")
-    S.poll(lambda: said(cl, 1, "trying again every"), "node 1 says its cluster file lags")
-    assert "4@" not in cluster_file(cl, 1), cluster_file(cl, 1)
+    S.poll(lambda: cl.said(1, "trying again every"), "node 1 says its cluster file lags")
+    assert "4@" not in cl.cluster_file(1), cl.cluster_file(1)
     os.rmdir(blocker)
-    S.poll(lambda: "4@" in cluster_file(cl, 1), "node 1's cluster file names node 4")
-    assert said(cl, 1, "cluster file written again"), "node 1 did not say the file caught up"
+    S.poll(lambda: "4@" in cl.cluster_file(1), "node 1's cluster file names node 4")
+    assert cl.said(1, "cluster file written again"), "node 1 did not say the file caught up"
 
     log("c) a table over nodes 1, 2 and 4")
     c1 = S.client(cl.cports[0])
