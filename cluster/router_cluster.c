@@ -813,9 +813,11 @@ static int cluster_file_write(rcluster *c, strata_err *err)
 
 /* Writes the cluster file after `what` changed, where the change stands even if the file
  * cannot follow: a failed write is said once and tried again every tick until it succeeds
- * (a restart before then finds the previous file, which still names nodes to ask). */
+ * (a restart before then finds the previous file, which still names nodes to ask). The
+ * tick's retry passes no `what`: the first failure was said already. */
 static void cluster_file_save(rcluster *c, const char *what)
 {
+    assert(what != NULL || c->cluster_file_stale);
     bool was_stale = c->cluster_file_stale;
     strata_err err;
     if (cluster_file_write(c, &err) == 0) {
@@ -6755,7 +6757,7 @@ static void on_tick(uv_timer_t *t)
     if ((!c->voter || meta_orphaned(c)) && now_ms(c) - c->last_fetch >= META_FETCH_MS)
         fetch_meta(c);
     if (c->cluster_file_stale)
-        cluster_file_save(c, "the cluster file lags");
+        cluster_file_save(c, NULL);
     register_self(c);
     snapshots_tick(c);
     reconcile(c);
