@@ -142,6 +142,7 @@ typedef struct {
     unsigned heartbeat_timeout_ms; /* 0 = 100 */
     size_t memtable_bytes;         /* engine memtable bytes; 0 = the engine's default */
     int background_cpu_pct;        /* engine pacing (lsm_options); 0 = the engine's default */
+    uint32_t log_hold_ops;         /* the log's hold under load (wal_options.hold_ops); 0: never */
     uint64_t replace_after_ms;     /* a node DOWN this long has its replicas re-created
                                       elsewhere; 0 = 300000 */
     /* Automatic splits, decided by each partition's leader (0: never): for size, once the
@@ -174,6 +175,7 @@ typedef struct {
     uint64_t wal_segment_size; /* log segment bytes; 0 = the log's default (64 MiB) */
     size_t memtable_bytes;     /* engine memtable bytes; 0 = the engine's default */
     int background_cpu_pct;    /* engine pacing (lsm_options); 0 = the engine's default */
+    uint32_t log_hold_ops;     /* the log's hold under load (wal_options.hold_ops); 0: never */
 } router_config;
 
 /* Opens engine and log under cfg->data_dir (created if missing) and recovers (see

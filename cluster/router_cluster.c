@@ -475,6 +475,7 @@ struct rcluster {
     size_t compact_next;  /* the pass's next replica, an index into parts */
     size_t memtable_bytes;
     int background_cpu_pct;
+    uint32_t log_hold_ops;
     uint64_t replace_after_ms;   /* replicas of a node DOWN this long are re-created */
     uint64_t split_size_bytes;   /* automatic splits (router_cluster_config); 0: never */
     uint64_t split_heat_ms;
@@ -7344,8 +7345,11 @@ void rcluster_status_json(rcluster *c, buf *out)
                es.memtable_bytes, es.files[0]);
     wal_stats ws;
     wal_get_stats(c->log, &ws);
-    buf_printf(out, "\"log\":{\"groups\":%zu,\"unclaimed\":%zu,\"segments\":%" PRIu64 "},",
-               wal_groups(c->log, NULL, 0), unclaimed_logs(c), ws.segments);
+    buf_printf(out,
+               "\"log\":{\"groups\":%zu,\"unclaimed\":%zu,\"segments\":%" PRIu64 ",\"ops\":%" PRIu64
+               ",\"batches\":%" PRIu64 ",\"syncs\":%" PRIu64 ",\"holds\":%" PRIu64 "},",
+               wal_groups(c->log, NULL, 0), unclaimed_logs(c), ws.segments, ws.ops, ws.batches,
+               ws.syncs, ws.holds);
     buf_printf(out, "\"nodes\":[");
     for (size_t i = 0; i < meta_node_count(c->meta); i++) {
         const meta_node *n = meta_node_at(c->meta, i);
@@ -7526,7 +7530,8 @@ static int open_storage(rcluster *c, strata_err *err)
         rc = lsm_open(&lo, c->loop, &c->engine, err);
     }
     if (rc == 0) {
-        wal_options wo = {.dir = wal_dir};
+        wal_options wo = {.dir = wal_dir,
+                          .hold_ops = c->log_hold_ops ? c->log_hold_ops : WAL_NEVER_HOLD};
         rc = wal_open(&wo, c->loop, &c->log, err);
     }
     free(lsm_dir);
@@ -7624,6 +7629,7 @@ rcluster *rcluster_open(const router_config *cfg, strata_err *err)
     c->self = cc->node_id;
     c->memtable_bytes = cc->memtable_bytes;
     c->background_cpu_pct = cc->background_cpu_pct;
+    c->log_hold_ops = cc->log_hold_ops;
     c->replace_after_ms = cc->replace_after_ms ? cc->replace_after_ms : REPLACE_AFTER_MS;
     c->split_size_bytes = cc->split_size_bytes;
     c->split_heat_ms = cc->split_heat_ms;

@@ -31,6 +31,7 @@ static const char *const key_names[CFG_KEY_COUNT] = {
     [CFG_SPLIT_SIZE] = "split_size_mb",
     [CFG_SPLIT_HEAT] = "split_heat",
     [CFG_BACKGROUND_CPU] = "background_cpu_pct",
+    [CFG_LOG_HOLD_OPS] = "log_hold_ops",
     [CFG_MAX_CONNECTIONS] = "max_connections",
     [CFG_REGION] = "region",
     [CFG_LOG_LEVEL] = "log_level",
@@ -92,7 +93,8 @@ void config_usage(FILE *f)
                "               [--initial-partitions N] [--throttle true|false]\n"
                "               [--partition-max-rcu N] [--partition-max-wcu N]\n"
                "               [--split-size-mb N] [--split-heat SECONDS]\n"
-               "               [--background-cpu-pct N] [--max-connections N]\n"
+               "               [--background-cpu-pct N] [--log-hold-ops N]\n"
+               "               [--max-connections N]\n"
                "               [--log-level error|warn|info|debug]\n"
                "               [--region NAME] [--print-config] [--help]\n"
                "  cluster:     [--node-id N] [--az NAME] [--host-label NAME]\n"
@@ -396,6 +398,11 @@ static int set_key(stratad_config *cfg, config_key k, const char *v, char *why, 
             return -1;
         cfg->background_cpu_pct = (uint32_t)n;
         return 0;
+    case CFG_LOG_HOLD_OPS:
+        if (parse_uint(v, 0, 1000000, &n, why, why_cap) < 0)
+            return -1;
+        cfg->log_hold_ops = (uint32_t)n;
+        return 0;
     case CFG_MAX_CONNECTIONS:
         if (parse_uint(v, 1, 1000000, &n, why, why_cap) < 0)
             return -1;
@@ -433,6 +440,7 @@ void config_defaults(stratad_config *cfg)
     cfg->split_size_mb = 10240;
     cfg->split_heat_s = 5;
     cfg->background_cpu_pct = 20;
+    cfg->log_hold_ops = 12;
     cfg->max_connections = 10000;
     cfg->bootstrap_expect = 3;
     cfg->replace_after_s = 300;
@@ -908,6 +916,9 @@ static void print_key(FILE *f, const stratad_config *cfg, config_key k)
         break;
     case CFG_BACKGROUND_CPU:
         fprintf(f, "%u", cfg->background_cpu_pct);
+        break;
+    case CFG_LOG_HOLD_OPS:
+        fprintf(f, "%u", cfg->log_hold_ops);
         break;
     case CFG_MAX_CONNECTIONS:
         fprintf(f, "%u", cfg->max_connections);

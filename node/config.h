@@ -33,6 +33,9 @@
  *   background_cpu_pct the share of one CPU, in percent, the engine's flushes and compactions
  *                      take while nothing waits for them, 1..100 (default 20; 100: never
  *                      paced; see storage/lsm/lsm.h, Pacing)
+ *   log_hold_ops       when a batch of the log has been synced and this many operations
+ *                      already wait, the next batch waits 1 ms to gather more, 0..1000000
+ *                      (0: never; default 12; see storage/wal/wal.h, Group commit)
  *   max_connections    open client connections, 1..1000000 (default 10000); further ones
  *                      are accepted and closed at once. Lowered at start when the open-file
  *                      limit cannot make room for them (config_plan_fds)
@@ -80,6 +83,7 @@ typedef enum {
     CFG_SPLIT_SIZE,
     CFG_SPLIT_HEAT,
     CFG_BACKGROUND_CPU,
+    CFG_LOG_HOLD_OPS,
     CFG_MAX_CONNECTIONS,
     CFG_REGION,
     CFG_LOG_LEVEL,
@@ -114,6 +118,7 @@ typedef struct {
     uint32_t split_size_mb; /* 0: no split for size */
     uint32_t split_heat_s;  /* 0: no split for heat */
     uint32_t background_cpu_pct;
+    uint32_t log_hold_ops; /* 0: never held */
     uint32_t max_connections;
     log_level level;
     char region[64];

@@ -92,6 +92,7 @@ static void cluster_settings_fill(cluster_settings *cs, const stratad_config *cf
         .split_size_bytes = (uint64_t)cfg->split_size_mb << 20,
         .split_heat_ms = (uint64_t)cfg->split_heat_s * 1000,
         .background_cpu_pct = (int)cfg->background_cpu_pct,
+        .log_hold_ops = cfg->log_hold_ops,
         .join = cs->join,
         .n_join = (size_t)cfg->join_count,
     };
@@ -278,6 +279,7 @@ int main(int argc, char **argv)
         .ops = {.apply = partition_apply, .result_stats = result_stats, .read = partition_read},
         .region = cfg.region,
         .background_cpu_pct = (int)cfg.background_cpu_pct,
+        .log_hold_ops = cfg.log_hold_ops,
     };
     cluster_settings cs;
     if (config_cluster_mode(&cfg)) {

@@ -270,6 +270,9 @@ struct wal {
     size_t blk_len;
 
     uv_prepare_t prepare;
+    uv_timer_t hold; /* holds the next batch under load (see wal.h, Group commit) */
+    bool holding;
+    uint32_t hold_ops;
     uv_work_t write_req, remove_req, spare_req;
     /* The next segment, created and preallocated ahead of need (off the write path). */
     enum { SPARE_NONE, SPARE_CREATING, SPARE_READY } spare_state;
@@ -628,6 +631,7 @@ static void maybe_remove_segments(wal *w);
 static void start_flush(wal *w);
 static void maybe_prepare_spare(wal *w);
 static void launch(wal *w);
+static void launch_or_hold(wal *w);
 
 static int io_fail(batch *b, const char *what, const char *path, int e)
 {
@@ -814,7 +818,7 @@ static void after_write(uv_work_t *req, int status)
         w->done = b;
         maybe_prepare_spare(w);
         if (w->pending->nchunks > 0)
-            launch(w);
+            launch_or_hold(w);
         fire(b, 0, NULL);
         batch_clear(b);
     }
@@ -974,11 +978,34 @@ static void launch(wal *w)
     }
 }
 
+static void on_hold_over(uv_timer_t *t)
+{
+    wal *w = t->data;
+    w->holding = false;
+    if (w->in_flight || w->pending->nchunks == 0 || w->failed)
+        return;
+    launch(w);
+}
+
+/* The next batch right after a synced one: held WAL_HOLD_MS when hold_ops operations or
+ * more already wait in it (see wal.h, Group commit), else launched at once. */
+static void launch_or_hold(wal *w)
+{
+    assert(!w->in_flight && !w->holding);
+    if (w->pending->ops >= w->hold_ops && !w->closing) {
+        w->holding = true;
+        w->stats.holds++;
+        uv_timer_start(&w->hold, on_hold_over, WAL_HOLD_MS, 0);
+        return;
+    }
+    launch(w);
+}
+
 static void on_prepare(uv_prepare_t *h)
 {
     wal *w = h->data;
     uv_prepare_stop(h);
-    if (w->in_flight || w->pending->nchunks == 0 || w->failed)
+    if (w->holding || w->in_flight || w->pending->nchunks == 0 || w->failed)
         return;
     launch(w);
 }
@@ -2098,6 +2125,7 @@ int wal_open(const wal_options *opts, uv_loop_t *loop, wal **out, strata_err *er
     w->seg_size = seg_size;
     w->max_pending = opts->max_pending_bytes ? opts->max_pending_bytes : PENDING_DEFAULT;
     w->spare_fill_ms = opts->spare_fill_ms;
+    w->hold_ops = opts->hold_ops ? opts->hold_ops : WAL_HOLD_OPS;
     atomic_init(&w->spare_hurry, false);
     long page = sysconf(_SC_PAGESIZE);
     w->blk_size = page < BLOCK_MIN ? BLOCK_MIN : page > BLOCK_MAX ? BLOCK_MAX : (size_t)page;
@@ -2141,6 +2169,8 @@ int wal_open(const wal_options *opts, uv_loop_t *loop, wal **out, strata_err *er
     w->scratch = NULL;
     uv_prepare_init(loop, &w->prepare);
     w->prepare.data = w;
+    uv_timer_init(loop, &w->hold);
+    w->hold.data = w;
     maybe_remove_segments(w);
     maybe_prepare_spare(w);
     *out = w;
@@ -2160,13 +2190,21 @@ static void on_closed(uv_handle_t *h)
         cb(data);
 }
 
+/* The handles close one after the other, the log freed after the last: libuv promises
+ * no order among close callbacks. */
+static void on_hold_closed(uv_handle_t *h)
+{
+    wal *w = h->data;
+    uv_close((uv_handle_t *)&w->prepare, on_closed);
+}
+
 static void maybe_finish_close(wal *w)
 {
     if (!w->closing || w->close_started || w->in_flight || w->removing ||
         w->spare_state == SPARE_CREATING || (w->pending->nchunks > 0 && !w->failed))
         return;
     w->close_started = true;
-    uv_close((uv_handle_t *)&w->prepare, on_closed);
+    uv_close((uv_handle_t *)&w->hold, on_hold_closed);
 }
 
 void wal_close(wal *w, void (*cb)(void *data), void *data)
@@ -2175,6 +2213,10 @@ void wal_close(wal *w, void (*cb)(void *data), void *data)
     atomic_store(&w->spare_hurry, true); /* a paced spare fill must not hold up the close */
     w->close_cb = cb;
     w->close_data = data;
+    if (w->holding) { /* the close goes first */
+        uv_timer_stop(&w->hold);
+        w->holding = false;
+    }
     if (w->pending->nchunks > 0 && !w->failed)
         start_flush(w);
     maybe_finish_close(w);

@@ -23,6 +23,15 @@
  * accumulate for the next batch. Callbacks fire in request order, once the fdatasync
  * covering the operation has returned (status 0) or when the log has failed (-1).
  *
+ * Under load the next batch waits a little. When a batch has been synced and `hold_ops`
+ * or more operations already wait, writes arrive faster than the log syncs them and more
+ * will come within a millisecond: the next batch is held WAL_HOLD_MS to take them. Fewer,
+ * larger syncs: where the host charges a guest's I/O to its CPU quota, syncing less often
+ * under a load that keeps both CPUs busy shortens the stops that every write in flight
+ * waits through (tests/bench/cluster/README.md). A light load never waits: with a few
+ * writers, each waiting for its own write, the batch already holds all there is, and
+ * holding it would only add to every one.
+ *
  * Per group the log holds what a Raft host (C-Raft 0.22, raft_step) must persist:
  *   - entries [first_index, last_index], each with (term, type, payload bytes);
  *   - the current term and vote;
@@ -95,7 +104,14 @@ typedef struct {
     /* The zero fill of a segment prepared ahead is spread over this long (a knob for
      * tests); 0 = half the time the current segment took to fill halfway, at most 10 s. */
     uint64_t spare_fill_ms;
+    /* Operations that must be waiting, when a batch has been synced, for the next batch to
+     * be held (see Group commit); 0 = WAL_HOLD_OPS, WAL_NEVER_HOLD: never held. */
+    uint32_t hold_ops;
 } wal_options;
+
+#define WAL_HOLD_MS    1
+#define WAL_HOLD_OPS   12
+#define WAL_NEVER_HOLD UINT32_MAX
 
 /* One log entry. On append the WAL copies `data` before returning. */
 typedef struct {
@@ -141,6 +157,7 @@ typedef struct {
     /* Writes that began inside a block whose written bytes the log did not hold, so the
      * kernel may have to read the block first (see "Block-aligned writes"). 0 normally. */
     uint64_t unaligned_writes;
+    uint64_t holds; /* batches held to gather more operations (see Group commit) */
 } wal_stats;
 
 /*

@@ -122,6 +122,14 @@ static void test_flags(void **state)
     assert_int_equal(c.background_cpu_pct, 100);
     assert_int_equal(parse(&c, &err, "--data-dir=/d", "--background-cpu-pct", "0"), -1);
     assert_int_equal(parse(&c, &err, "--data-dir=/d", "--background-cpu-pct", "101"), -1);
+    /* The log's hold under load: 0 turns it off. */
+    assert_int_equal(c.log_hold_ops, 12);
+    assert_int_equal(parse(&c, &err, "--data-dir=/d", "--log-hold-ops", "0"), 0);
+    assert_int_equal(c.log_hold_ops, 0);
+    assert_int_equal(parse(&c, &err, "--data-dir=/d", "--log-hold-ops=1000000"), 0);
+    assert_int_equal(c.log_hold_ops, 1000000);
+    assert_int_equal(parse(&c, &err, "--data-dir=/d", "--log-hold-ops", "1000001"), -1);
+    assert_int_equal(parse(&c, &err, "--data-dir=/d", "--log-hold-ops", "-1"), -1);
     /* Client connections. */
     assert_int_equal(c.max_connections, 10000);
     assert_int_equal(parse(&c, &err, "--data-dir=/d", "--max-connections=64"), 0);

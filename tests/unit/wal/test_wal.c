@@ -286,6 +286,175 @@ static void appends_accumulate_while_a_sync_is_in_flight(void **state)
     assert_true(st.batches <= 2);
 }
 
+/* Every thread of libuv's pool, held: a batch handed to a worker meanwhile stays in flight
+ * until pool_release, whatever the speed of the disk, so that a test can arrange what
+ * waits behind it. */
+typedef struct {
+    uv_work_t req[64];
+    int n, started;
+    bool released;
+    uv_mutex_t mu;
+    uv_cond_t cv;
+} pool_hold;
+
+static void pool_hold_work(uv_work_t *req)
+{
+    pool_hold *p = req->data;
+    uv_mutex_lock(&p->mu);
+    p->started++;
+    uv_cond_broadcast(&p->cv);
+    while (!p->released)
+        uv_cond_wait(&p->cv, &p->mu);
+    uv_mutex_unlock(&p->mu);
+}
+
+static void pool_hold_after(uv_work_t *req, int status)
+{
+    (void)status;
+    pool_hold *p = req->data;
+    p->n--;
+}
+
+/* Takes every thread (libuv's UV_THREADPOOL_SIZE, 4 unless set); nothing else may be
+ * queued on the pool. */
+static void pool_take(pool_hold *p, uv_loop_t *loop)
+{
+    const char *env = getenv("UV_THREADPOOL_SIZE");
+    int n = env != NULL && atoi(env) > 0 ? atoi(env) : 4;
+    assert_true(n <= 64);
+    *p = (pool_hold){.n = n};
+    assert_int_equal(uv_mutex_init(&p->mu), 0);
+    assert_int_equal(uv_cond_init(&p->cv), 0);
+    for (int i = 0; i < n; i++) {
+        p->req[i].data = p;
+        assert_int_equal(uv_queue_work(loop, &p->req[i], pool_hold_work, pool_hold_after), 0);
+    }
+    uv_mutex_lock(&p->mu);
+    while (p->started < n)
+        uv_cond_wait(&p->cv, &p->mu);
+    uv_mutex_unlock(&p->mu);
+}
+
+static void pool_release(pool_hold *p, uv_loop_t *loop)
+{
+    uv_mutex_lock(&p->mu);
+    p->released = true;
+    uv_cond_broadcast(&p->cv);
+    uv_mutex_unlock(&p->mu);
+    double deadline = tu_now() + 10;
+    while (p->n > 0 && tu_now() < deadline)
+        uv_run(loop, UV_RUN_ONCE);
+    assert_int_equal(p->n, 0);
+    uv_cond_destroy(&p->cv);
+    uv_mutex_destroy(&p->mu);
+}
+
+/* Appends entry `index` of group 1 while the batch ahead of it is held in flight; the
+ * first of `n` gets the batch going. Returns after `n` appends, the pool released. */
+static void appends_behind_a_batch(fixture *f, completions *c, tag *t, uint64_t index, int n)
+{
+    pool_hold p;
+    strata_err err;
+    pool_take(&p, &f->loop);
+    for (int i = 0; i < n; i++) {
+        t[i] = (tag){c, (int)index - 1 + i}; /* in order from 0 for the entries from 1 */
+        assert_int_equal(append_n(f, 1, index + (uint64_t)i, 1, 1, &t[i], &err), 0);
+        if (i == 0)
+            uv_run(&f->loop, UV_RUN_NOWAIT); /* the prepare handle launches it */
+    }
+    pool_release(&p, &f->loop);
+}
+
+/* Group commit under load: when hold_ops operations or more wait behind a synced batch,
+ * the next batch is held WAL_HOLD_MS to gather more; with fewer it goes at once. */
+static void a_loaded_log_holds_the_next_batch(void **state)
+{
+    fixture *f = *state;
+    f->opts.segment_size = 0; /* one segment: no file is prepared while the pool is held */
+    f->opts.hold_ops = 3;
+    reopen(f);
+    completions c = {0};
+    tag t[8];
+    strata_err err;
+    t[0] = (tag){&c, 0};
+    assert_int_equal(append_n(f, 1, 1, 1, 1, &t[0], &err), 0); /* the segment exists */
+    assert_true(tu_run_count(&f->loop, &c.done, 1));
+    /* Two wait behind the batch in flight: fewer than 3, not held. */
+    appends_behind_a_batch(f, &c, &t[1], 2, 3);
+    assert_true(tu_run_count(&f->loop, &c.done, 4));
+    wal_stats st;
+    wal_get_stats(f->w, &st);
+    assert_int_equal(st.holds, 0);
+    assert_int_equal(st.batches, 3);
+    /* Three wait: held, then synced together. */
+    appends_behind_a_batch(f, &c, &t[4], 5, 4);
+    assert_true(tu_run_count(&f->loop, &c.done, 8));
+    wal_get_stats(f->w, &st);
+    assert_int_equal(st.holds, 1);
+    assert_int_equal(st.batches, 5);
+    assert_int_equal(c.failed, 0);
+    for (int i = 0; i < 8; i++)
+        assert_int_equal(c.order[i], i);
+    reopen(f);
+    check_entries(f, 1, 1, 8, 1);
+    /* Never, whatever waits. */
+    f->opts.hold_ops = WAL_NEVER_HOLD;
+    reopen(f);
+    appends_behind_a_batch(f, &c, &t[0], 9, 8);
+    assert_true(tu_run_count(&f->loop, &c.done, 16));
+    wal_get_stats(f->w, &st);
+    assert_int_equal(st.holds, 0);
+}
+
+typedef struct {
+    fixture *f;
+    wal_stats at_first;
+    bool closed;
+} close_in_hold;
+
+/* The first callback of the test below: the batch behind it is being held by now. */
+static void close_in_first_callback(void *data, int status, const strata_err *err)
+{
+    (void)err;
+    close_in_hold *h = data;
+    assert_int_equal(status, 0);
+    wal_get_stats(h->f->w, &h->at_first);
+    wal_close(h->f->w, tu_close_done, &h->closed);
+    h->f->w = NULL;
+}
+
+/* A close during a hold does not wait for it: what waits is written and synced at once,
+ * its callbacks fire, and the log closes. */
+static void close_cuts_a_hold_short(void **state)
+{
+    fixture *f = *state;
+    f->opts.segment_size = 0;
+    f->opts.hold_ops = 1;
+    reopen(f);
+    completions c = {0};
+    tag t[2];
+    strata_err err;
+    t[0] = (tag){&c, 0};
+    assert_int_equal(append_n(f, 1, 1, 1, 1, &t[0], &err), 0);
+    assert_true(tu_run_count(&f->loop, &c.done, 1));
+    close_in_hold h = {.f = f};
+    pool_hold p;
+    pool_take(&p, &f->loop);
+    uint8_t pl[300];
+    wal_entry en = {1, 1 + 2 % 3, pl, tu_payload(1, 2, 1, pl)};
+    assert_int_equal(wal_append(f->w, 1, 2, &en, 1, close_in_first_callback, &h, &err), 0);
+    uv_run(&f->loop, UV_RUN_NOWAIT);
+    t[1] = (tag){&c, 1};
+    assert_int_equal(append_n(f, 1, 3, 1, 1, &t[1], &err), 0);
+    pool_release(&p, &f->loop);
+    assert_true(tu_run_until(&f->loop, &h.closed));
+    assert_int_equal(h.at_first.holds, 1);
+    assert_int_equal(c.done, 2);
+    assert_int_equal(c.failed, 0);
+    reopen(f);
+    check_entries(f, 1, 1, 3, 1);
+}
+
 static void callbacks_can_append_from_inside(void **state);
 
 typedef struct {
@@ -1414,6 +1583,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(group_commit_shares_one_sync, setup, teardown),
         cmocka_unit_test_setup_teardown(appends_accumulate_while_a_sync_is_in_flight, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(a_loaded_log_holds_the_next_batch, setup, teardown),
+        cmocka_unit_test_setup_teardown(close_cuts_a_hold_short, setup, teardown),
         cmocka_unit_test_setup_teardown(callbacks_can_append_from_inside, setup, teardown),
         cmocka_unit_test_setup_teardown(conflicting_append_replaces_suffix, setup, teardown),
         cmocka_unit_test_setup_teardown(truncate_drops_suffix, setup, teardown),
