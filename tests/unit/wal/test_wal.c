@@ -365,20 +365,27 @@ static void appends_behind_a_batch(fixture *f, completions *c, tag *t, uint64_t 
     pool_release(&p, &f->loop);
 }
 
+/* Opens the log with hold_ops and makes entry 1 of group 1 durable (tag 0), so that its
+ * segment exists: with one segment no file is prepared while a test holds the pool. */
+static void open_for_holds(fixture *f, uint32_t hold_ops, completions *c, tag *t0)
+{
+    strata_err err;
+    f->opts.segment_size = 0;
+    f->opts.hold_ops = hold_ops;
+    reopen(f);
+    *t0 = (tag){c, 0};
+    assert_int_equal(append_n(f, 1, 1, 1, 1, t0, &err), 0);
+    assert_true(tu_run_count(&f->loop, &c->done, 1));
+}
+
 /* Group commit under load: when hold_ops operations or more wait behind a synced batch,
  * the next batch is held WAL_HOLD_MS to gather more; with fewer it goes at once. */
 static void a_loaded_log_holds_the_next_batch(void **state)
 {
     fixture *f = *state;
-    f->opts.segment_size = 0; /* one segment: no file is prepared while the pool is held */
-    f->opts.hold_ops = 3;
-    reopen(f);
     completions c = {0};
     tag t[8];
-    strata_err err;
-    t[0] = (tag){&c, 0};
-    assert_int_equal(append_n(f, 1, 1, 1, 1, &t[0], &err), 0); /* the segment exists */
-    assert_true(tu_run_count(&f->loop, &c.done, 1));
+    open_for_holds(f, 3, &c, &t[0]);
     /* Two wait behind the batch in flight: fewer than 3, not held. */
     appends_behind_a_batch(f, &c, &t[1], 2, 3);
     assert_true(tu_run_count(&f->loop, &c.done, 4));
@@ -423,20 +430,15 @@ static void close_in_first_callback(void *data, int status, const strata_err *er
     h->f->w = NULL;
 }
 
-/* A close during a hold does not wait for it: what waits is written and synced at once,
- * its callbacks fire, and the log closes. */
+/* A close during a hold: what waits is written and synced, its callbacks fire, and the
+ * log closes with its timer (the fixture's uv_loop_close finds no handle left). */
 static void close_cuts_a_hold_short(void **state)
 {
     fixture *f = *state;
-    f->opts.segment_size = 0;
-    f->opts.hold_ops = 1;
-    reopen(f);
     completions c = {0};
     tag t[2];
     strata_err err;
-    t[0] = (tag){&c, 0};
-    assert_int_equal(append_n(f, 1, 1, 1, 1, &t[0], &err), 0);
-    assert_true(tu_run_count(&f->loop, &c.done, 1));
+    open_for_holds(f, 1, &c, &t[0]);
     close_in_hold h = {.f = f};
     pool_hold p;
     pool_take(&p, &f->loop);
