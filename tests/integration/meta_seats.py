@@ -97,8 +97,12 @@ class Cluster:
 
     def said(self, nid, text):
         """Whether node nid's log has `text`."""
+        return self.said_count(nid, text) > 0
+
+    def said_count(self, nid, text):
+        """How many times node nid's log (over all its starts) has `text`."""
         with open(os.path.join(self.work, "n%d.log" % nid)) as f:
-            return text in f.read()
+            return f.read().count(text)
 
     def cluster_file(self, nid):
         """Node nid's cluster file, as text."""

@@ -13,6 +13,12 @@ Nodes 1 (az1), 2 (az2) and 3 (az3) form the meta group; no table yet.
     says so once, and once the way is clear it writes the file, with node 4, by itself.
  c) a table (three replicas in three AZs, node 4 holding the az3 ones) takes items through
     node 1, and they read back strongly through node 4.
+ d) node 5 (az3) joins outside the group, and node 4 is drained: node 5 takes its seat and
+    node 4 leaves the group, but cannot write its cluster file (a directory again), which
+    so still says "meta joined". Killed (SIGKILL) before the way is clear, node 4 restarts
+    on that file as a member with an empty replica: it must find its seat gone, leave the
+    group again and say so in its file, while the group stays 1, 2, 5 and the items read
+    back strongly through node 4.
 After each step every live node shows the same seats and the members run the group.
 Every wait polls a condition with a deadline. KEEP=1 keeps the nodes' logs.
 """
@@ -22,7 +28,7 @@ import sys
 
 import meta_seats as S
 
-AZS = ["az1", "az2", "az3", "az3"]
+AZS = ["az1", "az2", "az3", "az3", "az3"]
 
 
 def log(*a):
@@ -68,6 +74,26 @@ def steps(cl, cli):
     S.read_all(S.client(cl.cports[3]), items)
     parts = cl.admin(4)["partitions"]
     assert parts and all(sorted(p["members"]) == [1, 2, 4] for p in parts), parts
+
+    log("d) node 4 leaves the group, cannot write its cluster file, is killed and restarts")
+    cl.start(5)
+    S.poll(lambda: cl.ready([5]), "node 5 ready")
+    assert "meta joined" in cl.cluster_file(4), cl.cluster_file(4)
+    blocker = os.path.join(cl.work, "d4", "cluster.tmp")
+    os.mkdir(blocker)
+    S.strata(cli, cl, 1, "node", "drain", "4")
+    S.poll(lambda: S.settled(cl, [1, 2, 4, 5], {1, 2, 5}), "seats 1, 2, 5")
+    S.poll(lambda: cl.said(4, "left the meta group"), "node 4 says it left the group")
+    S.poll(lambda: cl.said(4, "trying again every"), "node 4 says its cluster file lags")
+    assert "meta joined" in cl.cluster_file(4), cl.cluster_file(4)
+    cl.kill(4)
+    os.rmdir(blocker)
+    before = cl.said_count(4, "left the meta group")
+    cl.start(4)
+    S.poll(lambda: cl.said_count(4, "left the meta group") > before, "node 4 leaves again")
+    S.poll(lambda: "meta joined" not in cl.cluster_file(4), "node 4's file says it left")
+    S.poll(lambda: S.settled(cl, [1, 2, 4, 5], {1, 2, 5}), "seats 1, 2, 5 after node 4's return")
+    S.read_all(S.client(cl.cports[3]), items)
 
 
 def main():
