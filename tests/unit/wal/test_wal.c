@@ -315,26 +315,7 @@ static void pool_hold_after(uv_work_t *req, int status)
     p->n--;
 }
 
-/* Takes every thread (libuv's UV_THREADPOOL_SIZE, 4 unless set); nothing else may be
- * queued on the pool. */
-static void pool_take(pool_hold *p, uv_loop_t *loop)
-{
-    const char *env = getenv("UV_THREADPOOL_SIZE");
-    int n = env != NULL && atoi(env) > 0 ? atoi(env) : 4;
-    assert_true(n <= 64);
-    *p = (pool_hold){.n = n};
-    assert_int_equal(uv_mutex_init(&p->mu), 0);
-    assert_int_equal(uv_cond_init(&p->cv), 0);
-    for (int i = 0; i < n; i++) {
-        p->req[i].data = p;
-        assert_int_equal(uv_queue_work(loop, &p->req[i], pool_hold_work, pool_hold_after), 0);
-    }
-    uv_mutex_lock(&p->mu);
-    while (p->started < n)
-        uv_cond_wait(&p->cv, &p->mu);
-    uv_mutex_unlock(&p->mu);
-}
-
+/* Lets the held threads go, and runs the loop until their jobs have ended. */
 static void pool_release(pool_hold *p, uv_loop_t *loop)
 {
     uv_mutex_lock(&p->mu);
@@ -347,6 +328,32 @@ static void pool_release(pool_hold *p, uv_loop_t *loop)
     assert_int_equal(p->n, 0);
     uv_cond_destroy(&p->cv);
     uv_mutex_destroy(&p->mu);
+}
+
+/* Takes every thread (libuv's UV_THREADPOOL_SIZE, 4 unless set); fails after 10 s when
+ * some other job holds a thread. */
+static void pool_take(pool_hold *p, uv_loop_t *loop)
+{
+    const char *env = getenv("UV_THREADPOOL_SIZE");
+    int n = env != NULL && atoi(env) > 0 ? atoi(env) : 4;
+    assert_true(n <= 64);
+    *p = (pool_hold){.n = n};
+    assert_int_equal(uv_mutex_init(&p->mu), 0);
+    assert_int_equal(uv_cond_init(&p->cv), 0);
+    for (int i = 0; i < n; i++) {
+        p->req[i].data = p;
+        assert_int_equal(uv_queue_work(loop, &p->req[i], pool_hold_work, pool_hold_after), 0);
+    }
+    uint64_t deadline = uv_hrtime() + UINT64_C(10000000000);
+    uv_mutex_lock(&p->mu);
+    while (p->started < n && uv_hrtime() < deadline)
+        (void)uv_cond_timedwait(&p->cv, &p->mu, 100000000);
+    bool all = p->started == n;
+    uv_mutex_unlock(&p->mu);
+    if (!all) {
+        pool_release(p, loop);
+        fail_msg("only %d of libuv's %d worker threads were free", p->started, n);
+    }
 }
 
 /* Appends entry `index` of group 1 while the batch ahead of it is held in flight; the
@@ -443,7 +450,7 @@ static void close_cuts_a_hold_short(void **state)
     pool_hold p;
     pool_take(&p, &f->loop);
     uint8_t pl[300];
-    wal_entry en = {1, 1 + 2 % 3, pl, tu_payload(1, 2, 1, pl)};
+    wal_entry en = {1, 1 + 2 % 3, pl, tu_payload(1, 2, 1, pl)}; /* append_n's entry 2 */
     assert_int_equal(wal_append(f->w, 1, 2, &en, 1, close_in_first_callback, &h, &err), 0);
     uv_run(&f->loop, UV_RUN_NOWAIT);
     t[1] = (tag){&c, 1};
