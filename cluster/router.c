@@ -1055,9 +1055,8 @@ router *router_open(const router_config *cfg, strata_err *err)
         ok = lsm_open(&lo, r->loop, &r->engine, err) == 0;
     }
     if (ok) {
-        wal_options wo = {.dir = wal_dir,
-                          .segment_size = cfg->wal_segment_size,
-                          .hold_ops = cfg->log_hold_ops ? cfg->log_hold_ops : WAL_NEVER_HOLD};
+        wal_options wo = {
+            .dir = wal_dir, .segment_size = cfg->wal_segment_size, .hold_ops = cfg->log_hold_ops};
         ok = wal_open(&wo, r->loop, &r->log, err) == 0;
     }
     free(lsm_dir);

@@ -7530,8 +7530,7 @@ static int open_storage(rcluster *c, strata_err *err)
         rc = lsm_open(&lo, c->loop, &c->engine, err);
     }
     if (rc == 0) {
-        wal_options wo = {.dir = wal_dir,
-                          .hold_ops = c->log_hold_ops ? c->log_hold_ops : WAL_NEVER_HOLD};
+        wal_options wo = {.dir = wal_dir, .hold_ops = c->log_hold_ops};
         rc = wal_open(&wo, c->loop, &c->log, err);
     }
     free(lsm_dir);

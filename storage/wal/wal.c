@@ -270,9 +270,8 @@ struct wal {
     size_t blk_len;
 
     uv_prepare_t prepare;
-    uv_timer_t hold; /* holds the next batch under load (see wal.h, Group commit) */
-    bool holding;
-    uint32_t hold_ops;
+    uv_timer_t hold;   /* active while it holds the next batch (see wal.h, Group commit) */
+    uint32_t hold_ops; /* 0: never held */
     uv_work_t write_req, remove_req, spare_req;
     /* The next segment, created and preallocated ahead of need (off the write path). */
     enum { SPARE_NONE, SPARE_CREATING, SPARE_READY } spare_state;
@@ -978,10 +977,14 @@ static void launch(wal *w)
     }
 }
 
+static bool holding(const wal *w)
+{
+    return uv_is_active((const uv_handle_t *)&w->hold);
+}
+
 static void on_hold_over(uv_timer_t *t)
 {
     wal *w = t->data;
-    w->holding = false;
     if (w->in_flight || w->pending->nchunks == 0 || w->failed)
         return;
     launch(w);
@@ -991,9 +994,8 @@ static void on_hold_over(uv_timer_t *t)
  * more already wait in it (see wal.h, Group commit), else launched at once. */
 static void launch_or_hold(wal *w)
 {
-    assert(!w->in_flight && !w->holding);
-    if (w->pending->ops >= w->hold_ops && !w->closing) {
-        w->holding = true;
+    assert(!w->in_flight && !holding(w));
+    if (w->hold_ops != 0 && w->pending->ops >= w->hold_ops && !w->closing) {
         w->stats.holds++;
         uv_timer_start(&w->hold, on_hold_over, WAL_HOLD_MS, 0);
         return;
@@ -1005,7 +1007,7 @@ static void on_prepare(uv_prepare_t *h)
 {
     wal *w = h->data;
     uv_prepare_stop(h);
-    if (w->holding || w->in_flight || w->pending->nchunks == 0 || w->failed)
+    if (holding(w) || w->in_flight || w->pending->nchunks == 0 || w->failed)
         return;
     launch(w);
 }
@@ -2125,7 +2127,7 @@ int wal_open(const wal_options *opts, uv_loop_t *loop, wal **out, strata_err *er
     w->seg_size = seg_size;
     w->max_pending = opts->max_pending_bytes ? opts->max_pending_bytes : PENDING_DEFAULT;
     w->spare_fill_ms = opts->spare_fill_ms;
-    w->hold_ops = opts->hold_ops ? opts->hold_ops : WAL_HOLD_OPS;
+    w->hold_ops = opts->hold_ops;
     atomic_init(&w->spare_hurry, false);
     long page = sysconf(_SC_PAGESIZE);
     w->blk_size = page < BLOCK_MIN ? BLOCK_MIN : page > BLOCK_MAX ? BLOCK_MAX : (size_t)page;
@@ -2213,10 +2215,7 @@ void wal_close(wal *w, void (*cb)(void *data), void *data)
     atomic_store(&w->spare_hurry, true); /* a paced spare fill must not hold up the close */
     w->close_cb = cb;
     w->close_data = data;
-    if (w->holding) { /* the close goes first */
-        uv_timer_stop(&w->hold);
-        w->holding = false;
-    }
+    uv_timer_stop(&w->hold); /* a held batch goes now: the close goes first */
     if (w->pending->nchunks > 0 && !w->failed)
         start_flush(w);
     maybe_finish_close(w);

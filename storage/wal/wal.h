@@ -105,13 +105,11 @@ typedef struct {
      * tests); 0 = half the time the current segment took to fill halfway, at most 10 s. */
     uint64_t spare_fill_ms;
     /* Operations that must be waiting, when a batch has been synced, for the next batch to
-     * be held (see Group commit); 0 = WAL_HOLD_OPS, WAL_NEVER_HOLD: never held. */
+     * be held (see Group commit); 0 = never held (stratad's default, log_hold_ops, is 12). */
     uint32_t hold_ops;
 } wal_options;
 
-#define WAL_HOLD_MS    1
-#define WAL_HOLD_OPS   12
-#define WAL_NEVER_HOLD UINT32_MAX
+#define WAL_HOLD_MS 1
 
 /* One log entry. On append the WAL copies `data` before returning. */
 typedef struct {

@@ -412,7 +412,7 @@ static void a_loaded_log_holds_the_next_batch(void **state)
     reopen(f);
     check_entries(f, 1, 1, 8, 1);
     /* Never, whatever waits. */
-    f->opts.hold_ops = WAL_NEVER_HOLD;
+    f->opts.hold_ops = 0;
     reopen(f);
     appends_behind_a_batch(f, &c, &t[0], 9, 8);
     assert_true(tu_run_count(&f->loop, &c.done, 16));
