@@ -3,7 +3,8 @@
 /*
  * The cluster file (DATA_DIR/cluster): what a node needs to find its cluster again when
  * it restarts, before its map is known. router_cluster.c writes it atomically whenever it
- * changes (a temporary file, fsync, rename, fsync of the directory) and reads it at start.
+ * changes (a temporary file, fsync, rename, fsync of the directory) and reads it at start;
+ * a damaged one is written again from the cluster when the node starts with --join.
  * Text, one item a line:
  *
  *   strata-cluster 1
@@ -12,8 +13,9 @@
  *   nodes LIST          (optional) up to CLUSTER_FILE_MAX_NODES other nodes of the map,
  *                       asked when no member answers: the whole group may have moved
  *                       while this node was away
- *   meta joined         (optional) this node's meta replica joined the group after it
- *                       formed, so a restart must not bootstrap one
+ *   meta joined         (optional) this node's meta replica must not bootstrap at a
+ *                       restart: it joined the group after it formed, or the file was
+ *                       written again from a join answer after it was found damaged
  *   xxh3 HEX            XXH3-64 of every byte before this line, 16 lowercase hex digits
  *
  * LIST: "ID@HOST:PORT,..." with ids > 0 and addresses of 1..META_ADDR_MAX printable

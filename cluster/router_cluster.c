@@ -416,6 +416,7 @@ struct rcluster {
     size_t n_known;
     bool voter;       /* this node runs a replica of the meta group (voter or learner) */
     bool meta_joined; /* ... that joined after formation (see "The meta group's seats") */
+    bool file_rewrite;       /* the cluster file was damaged: a join answer writes it again */
     bool cluster_file_stale; /* the file lags the above: a write failed (cluster_file_save) */
     uint64_t meta_leaderless_since; /* when its replica last lost sight of a leader; 0 */
     uint64_t meta_release_asked_at;
@@ -5141,6 +5142,22 @@ static int start_meta_group(rcluster *c, strata_err *err)
     return meta_heartbeat(c, err);
 }
 
+/*
+ * Whether the members of a join answer (c->members) name this node. A node that rewrites a
+ * damaged cluster file (c->file_rewrite) and finds itself among them is a voter of a group
+ * that formed long ago: its replica starts from the state in its log, as one that joined
+ * later would, and never bootstraps. A bootstrap there (were that state lost) would put a
+ * configuration of today's voters at index 1, where the group's log holds the one it
+ * formed with, and the two logs would pass Raft's consistency check while they differ.
+ */
+static bool member_of_answer(const rcluster *c)
+{
+    for (size_t i = 0; i < c->n_members; i++)
+        if (c->members[i].id == c->self)
+            return true;
+    return false;
+}
+
 static void on_join_answer(void *ctx, int status, const strata_err *err, const uint8_t *data,
                            size_t len)
 {
@@ -5160,13 +5177,17 @@ static void on_join_answer(void *ctx, int status, const strata_err *err, const u
         fprintf(stderr, "stratad: bad join answer: %s\n", e.msg);
         return;
     }
+    if (c->file_rewrite)
+        c->meta_joined = member_of_answer(c);
     if (cluster_file_write(c, &e) < 0 || start_meta_group(c, &e) < 0) {
         fprintf(stderr, "stratad: cannot join: %s\n", e.msg);
         c->formed = false;
         return;
     }
-    fprintf(stderr, "stratad: joined the cluster (%zu meta voters%s)\n", c->n_members,
-            c->voter ? ", this node among them" : "");
+    fprintf(stderr, "stratad: joined the cluster (%zu meta voters%s)%s\n", c->n_members,
+            c->voter ? ", this node among them" : "",
+            c->file_rewrite ? "; its cluster file is written again" : "");
+    c->file_rewrite = false;
     /* The seed connections are not needed any more (their calls fail now; each sees
      * c->formed and stops). */
     for (size_t i = 0; i < c->n_join; i++)
@@ -7577,6 +7598,51 @@ static int open_rpc(rcluster *c, const router_cluster_config *cc, strata_err *er
     return c->rpc != NULL ? 0 : -1;
 }
 
+/*
+ * Repairing the cluster file. Its damage (a checksum that does not match, a malformed
+ * line) loses nothing the cluster does not know: the members and nodes it lists are the
+ * map's, and "meta joined" only forbids a bootstrap. So a node started with --join asks
+ * the cluster again, as at its first start, and writes the file from the answer
+ * (on_join_answer); its engine and log, and so its replicas, stay as they are. Until that
+ * write the damaged file stays in place, so that a restart before it goes the same way.
+ * A node started with --bootstrap is refused: it could not tell the cluster it belongs to
+ * from the one it would form. A file that cannot be read at all (permissions, a
+ * directory in its place) is an operator's to fix, and refused too.
+ */
+static int cluster_file_trouble(rcluster *c, const router_cluster_config *cc, strata_err *err)
+{
+    if (err->code != ERR_CORRUPT)
+        return -1;
+    if (cc->n_join == 0) {
+        strata_err why = *err;
+        return strata_err_set(err, ERR_CORRUPT,
+                              "%s. Its data is kept when it starts with --join HOST:PORT of a "
+                              "member of its cluster instead of --bootstrap: it then writes the "
+                              "file again from the cluster's answer",
+                              why.msg);
+    }
+    fprintf(stderr, "stratad: %s; asking the cluster through --join for its members\n", err->msg);
+    c->file_rewrite = true;
+    return 0;
+}
+
+/* A --bootstrap start without a cluster file (have 0) on a directory whose log holds
+ * the meta group's state: it was a member, and only that file is gone. It must not wait
+ * for peers to tell it so (lost_bootstrap, whose advice is for a lost directory). 0 when
+ * the log holds no such state (a first start), -1 otherwise. */
+static int meta_state_without_file(rcluster *c, strata_err *err)
+{
+    wal_group_info info;
+    if (wal_group_state(c->log, META_GROUP, &info, NULL) < 0)
+        return 0;
+    return strata_err_set(err, ERR_VALIDATION,
+                          "%s has no cluster file, but its log holds meta group state: the "
+                          "directory belongs to a cluster. Its data is kept when it starts "
+                          "with --join HOST:PORT of a member instead of --bootstrap: it then "
+                          "writes the file again from the cluster's answer",
+                          c->data_dir);
+}
+
 /* The join addresses become "seed" peers (their node ids are not known yet). */
 static int add_seeds(rcluster *c, const router_cluster_config *cc, strata_err *err)
 {
@@ -7674,6 +7740,10 @@ rcluster *rcluster_open(const router_config *cfg, strata_err *err)
     if (rc == 0)
         rc = open_rpc(c, cc, err);
     int have = rc == 0 ? cluster_file_read(c, err) : -1;
+    if (have < 0 && rc == 0)
+        have = cluster_file_trouble(c, cc, err);
+    else if (have == 0 && c->bootstrap && rc == 0)
+        have = meta_state_without_file(c, err);
     if (have < 0)
         rc = -1;
     else if (have == 1)

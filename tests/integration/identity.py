@@ -15,14 +15,21 @@ table with items, then:
     stops with exit status 1 and says why; that directory, which never joined, then
     starts under a new id (as the refusal advises);
  c) node 3's real directory started as node 4: refused at once ("belongs to node 3");
-    with its identity file damaged, its cluster file damaged or unreadable, or without its
-    log directory: refused at once too, naming the file;
+    with its identity file damaged, its cluster file damaged (started with --bootstrap) or
+    unreadable, or without its log directory: refused at once too, naming the file;
  d) node 3 on its own directory again: it rejoins, catches up, and every item reads back
     strongly through it;
  e) node 1, which bootstrapped the cluster, restarted with the same command (--bootstrap)
     on an empty directory: the others' Raft messages tell it that a cluster exists, and it
     stops with exit status 1 instead of waiting to form a second one; on its own directory
-    again it catches up.
+    again it catches up;
+ f) a damaged cluster file is written again from the cluster: node 3 (a meta voter,
+    started with --join) restarts on a damaged one, says so, rewrites it from the join
+    answer and catches up; the file reads at its next restart and says "meta joined" (its
+    meta replica starts from its log, never from a bootstrap); that replica still votes
+    (with node 2 stopped, a table is created through node 3). Node 1 with --bootstrap
+    on a damaged file, then on none, is refused at once with the advice to use --join;
+    with --join it rewrites its file, catches up, and restarts on it with --bootstrap.
 """
 import os
 import shutil
@@ -175,13 +182,15 @@ def part_bcd(cl, work, acked):
 
 def refuse_bad_cluster_file(cmd, saved, work):
     """Node 3's cluster file (the meta members and other nodes it asks for the map at a
-    restart) damaged, then unreadable (a directory in its place): node 3 must stop and
-    name the file, not start without knowing its cluster. The file is put back after."""
+    restart) damaged, with --bootstrap instead of --join (nobody to ask for it again), then
+    unreadable (a directory in its place): node 3 must stop and name the file, not start
+    without knowing its cluster. The file is put back after."""
     path, kept = os.path.join(saved, "cluster"), os.path.join(work, "n3-cluster")
     shutil.copyfile(path, kept)
     damage_after(path, b"members ", "7", "8")  # a member's id changed
-    refused(cmd, os.path.join(work, "badcluster.log"), "node 3 with a damaged cluster file",
-            "%s is damaged" % path)
+    at = cmd.index("--join")
+    refused(cmd[:at] + ["--bootstrap"] + cmd[at + 2:], os.path.join(work, "badcluster.log"),
+            "node 3 with a damaged cluster file and --bootstrap", "%s is damaged" % path)
     os.remove(path)
     os.mkdir(path)
     refused(cmd, os.path.join(work, "dircluster.log"),
@@ -205,6 +214,97 @@ def part_e(cl, work, acked):
     C.log("e) ok: node 1 (--bootstrap) on an empty directory stopped; on its own it caught up")
 
 
+def members_line(path):
+    with open(path) as f:
+        return [line for line in f if line.startswith("members ")]
+
+
+def rewritten(cl, node, path, members, acked):
+    """`node`, started, wrote its cluster file again: it said so, the file names the same
+    meta members, it catches up and reads back every acknowledged item, and on a restart
+    with the same command it reads the file without complaint."""
+    out = C.log_since_start(node)
+    C.check("its cluster file is written again" in out,
+            "node %d says it writes its cluster file again: %s" % (node.id, out[-800:]))
+    C.check(members_line(path) == members, "node %d's file names the members %s, not %s" %
+            (node.id, members, members_line(path)))
+    C.poll(lambda: C.caught_up(cl, node.id), C.CATCHUP_DEADLINE_S,
+           "node %d's replicas reach their leaders' commit_index" % node.id, 0.2)
+    C.read_back(cl, acked, [node.id])
+    problems = C.stop_all(cl, nodes=[node])
+    C.check(not problems, "; ".join(problems))
+    cl.start([node])
+    out = C.log_since_start(node)
+    C.check("damaged" not in out and "joined the cluster" not in out,
+            "node %d restarts on its rewritten file: %s" % (node.id, out[-800:]))
+    C.poll(lambda: C.caught_up(cl, node.id), C.CATCHUP_DEADLINE_S,
+           "node %d's replicas reach their leaders' commit_index" % node.id, 0.2)
+
+
+def meta_votes_without(cl, absent, via, name):
+    """With node `absent` stopped, the meta group commits a new table through node `via`:
+    that needs the vote of every other voter, so of `via`'s own meta replica."""
+    gone = cl.node(absent)
+    problems = C.stop_all(cl, nodes=[gone])
+    C.check(not problems, "; ".join(problems))
+    c = C.client(cl.node(via).url, True)
+    c.create_table(TableName=name, AttributeDefinitions=[
+        {"AttributeName": "pk", "AttributeType": "S"}],
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}], BillingMode="PAY_PER_REQUEST")
+    C.poll(lambda: c.describe_table(TableName=name)["Table"]["TableStatus"] == "ACTIVE",
+           C.START_DEADLINE_S, "table %s ACTIVE with node %d stopped" % (name, absent))
+    cl.start([gone])
+
+
+def part_f(cl, work, acked):
+    n1, n3 = cl.node(1), cl.node(3)
+    problems = C.stop_all(cl, nodes=[n3])
+    C.check(not problems, "; ".join(problems))
+    path3 = os.path.join(n3.dir, "data", "cluster")
+    members = members_line(path3)
+    damage_after(path3, b"members ", "7", "8")
+    cl.start([n3])
+    C.check("%s is damaged" % path3 in C.log_since_start(n3), "node 3 names its damaged file")
+    rewritten(cl, n3, path3, members, acked)
+    with open(path3) as f:
+        C.check("meta joined\n" in f.read(),
+                "node 3's rewritten file forbids its meta replica a bootstrap (\"meta joined\")")
+    C.check((n3.admin() or {}).get("meta_voter") is True, "node 3 is still a meta voter")
+    meta_votes_without(cl, 2, 3, "after_rewrite")
+    C.log("f) ok: node 3 on a damaged cluster file wrote it again from the cluster, caught "
+          "up and still votes in the meta group")
+
+    problems = C.stop_all(cl, nodes=[n1])
+    C.check(not problems, "; ".join(problems))
+    path1 = os.path.join(n1.dir, "data", "cluster")
+    members = members_line(path1)
+    damage_after(path1, b"members ", "7", "8")
+    refused(n1.command(), os.path.join(work, "bootstrap-damaged.log"),
+            "node 1 (--bootstrap) on a damaged cluster file", "instead of --bootstrap")
+    os.remove(path1)
+    refused(n1.command(), os.path.join(work, "bootstrap-nofile.log"),
+            "node 1 (--bootstrap) without its cluster file",
+            "has no cluster file, but its log holds meta group state")
+    at = n1.command().index("--bootstrap")
+    join = n1.command()[:at] + ["--join", "127.0.0.1:%d" % cl.node(2).pport]
+    n1.command = lambda: join
+    try:
+        cl.start([n1])
+    finally:
+        del n1.command  # back to the --bootstrap command, which rewritten() restarts with
+    out = C.log_since_start(n1)
+    C.check("joined the cluster (3 meta voters, this node among them)" in out,
+            "node 1 with --join rejoins as a meta voter: %s" % out[-800:])
+    acked.update(put_items(C.client(n1.url, True), "f", 5))
+    # Without a damaged file to rewrite, the join answer writes the file as at a first join.
+    with open(path1) as f:
+        C.check(f.read().count("members ") == 1, "node 1's cluster file is written")
+    C.check(members_line(path1) == members, "node 1's file names the members %s" % members)
+    C.read_back(cl, acked, [1])
+    C.log("f) ok: node 1 (--bootstrap) on a damaged or missing cluster file was refused at "
+          "once; with --join it wrote the file again and caught up")
+
+
 def main():
     def body(cl):
         cl.start()
@@ -213,6 +313,7 @@ def main():
         part_a(cl, cl.work, acked)
         part_bcd(cl, cl.work, acked)
         part_e(cl, cl.work, acked)
+        part_f(cl, cl.work, acked)
     return C.run_on_cluster(sys.argv[1], "strata-identity-", body)
 
 
