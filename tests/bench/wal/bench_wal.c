@@ -3,11 +3,15 @@
  * each group keeping one append in flight (issuing the next when the previous completes,
  * as Raft does with pipelining off), and a variant with 4 in flight per group; compared
  * with the raw rate of a write + fdatasync loop on the same disk, measured in the same
- * run. Each configuration runs REPEAT times; medians are reported.
+ * run. Then an open loop: appends arriving at a fixed rate over 64 groups, with the log's
+ * hold (wal.h, Group commit) at stratad's default and off. Each configuration runs REPEAT
+ * times; medians are reported.
  *
  *   bench_wal [DIR] [SECONDS_PER_RUN] [REPEAT]     (defaults: /tmp 1.0 3)
  */
 #include <fcntl.h>
+#include <inttypes.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -189,6 +193,159 @@ static result wal_run(const char *parent, int groups, int inflight, double secon
     return r;
 }
 
+/*
+ * Open loop: appends arrive at a fixed rate whatever the log's speed, spread over
+ * OPEN_GROUPS groups, as a node's requests arrive from many clients. Only under such a load
+ * do operations wait when a batch completes, so only here can the log hold a batch: the
+ * closed loops above issue their next append from the completion, and every writer was in
+ * the batch that completed. Every turn of the loop releases what is due (an idle handle:
+ * the loop never sleeps, so arrivals are spread to the microsecond, at the cost of a CPU).
+ */
+#define OPEN_GROUPS 64
+#define OPEN_SLOTS  (1 << 16) /* appends in flight at most; beyond, arrivals are dropped */
+
+typedef struct open_bench open_bench;
+
+typedef struct {
+    open_bench *b;
+    double issued_at;
+    bool busy;
+} open_slot;
+
+struct open_bench {
+    wal *w;
+    uv_idle_t tick;
+    double start, deadline, rate;
+    uint64_t next[OPEN_GROUPS + 1];
+    uint64_t issued, dropped;
+    size_t done, outstanding, cursor;
+    open_slot slots[OPEN_SLOTS];
+    uint8_t payload[200];
+};
+
+typedef struct {
+    result r;
+    double syncs_per_s, holds_per_s;
+    uint64_t dropped;
+} open_result;
+
+static void open_done(void *data, int status, const strata_err *err)
+{
+    open_slot *s = data;
+    if (status != 0) {
+        fprintf(stderr, "append failed: %s\n", err->msg);
+        exit(1);
+    }
+    s->busy = false;
+    s->b->done++;
+    s->b->outstanding--;
+    if (nsamples < MAX_SAMPLES)
+        samples[nsamples++] = tu_now() - s->issued_at;
+}
+
+static open_slot *open_free_slot(open_bench *b)
+{
+    for (size_t k = 0; k < OPEN_SLOTS; k++) {
+        open_slot *s = &b->slots[(b->cursor + k) % OPEN_SLOTS];
+        if (!s->busy) {
+            b->cursor = (b->cursor + k + 1) % OPEN_SLOTS;
+            return s;
+        }
+    }
+    return NULL;
+}
+
+static void open_issue(open_bench *b)
+{
+    open_slot *s = open_free_slot(b);
+    uint64_t group = b->issued++ % OPEN_GROUPS + 1;
+    if (s == NULL) {
+        b->dropped++;
+        return;
+    }
+    uint64_t idx = b->next[group]++;
+    wal_entry e = {1, 1, b->payload, 100 + (size_t)(idx * 37 % 101)};
+    strata_err err;
+    *s = (open_slot){b, tu_now(), true};
+    if (wal_append(b->w, group, idx, &e, 1, open_done, s, &err) != 0) {
+        fprintf(stderr, "append: %s\n", err.msg);
+        exit(1);
+    }
+    b->outstanding++;
+}
+
+static void open_tick(uv_idle_t *t)
+{
+    open_bench *b = t->data;
+    double now = tu_now();
+    if (now >= b->deadline) {
+        uv_idle_stop(t);
+        return;
+    }
+    uint64_t due = (uint64_t)((now - b->start) * b->rate);
+    while (b->issued < due)
+        open_issue(b);
+}
+
+static open_result open_run(const char *parent, double rate, unsigned hold_ops, double seconds)
+{
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/bench-wal-XXXXXX", parent);
+    if (!mkdtemp(dir)) {
+        perror("mkdtemp");
+        exit(1);
+    }
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    static open_bench b;
+    memset(&b, 0, sizeof b);
+    memset(b.payload, 0x5a, sizeof b.payload);
+    wal_options o = {.dir = dir, .hold_ops = hold_ops};
+    strata_err err;
+    if (wal_open(&o, &loop, &b.w, &err) != 0) {
+        fprintf(stderr, "wal_open: %s\n", err.msg);
+        exit(1);
+    }
+    for (int g = 1; g <= OPEN_GROUPS; g++)
+        b.next[g] = 1;
+    /* Warm up: create the first segment outside the measurement. */
+    open_issue(&b);
+    while (b.outstanding)
+        uv_run(&loop, UV_RUN_ONCE);
+    wal_stats st0, st;
+    wal_get_stats(b.w, &st0);
+
+    nsamples = 0;
+    b.done = 0;
+    b.issued = 0;
+    b.rate = rate;
+    b.start = tu_now();
+    b.deadline = b.start + seconds;
+    uv_idle_init(&loop, &b.tick);
+    b.tick.data = &b;
+    uv_idle_start(&b.tick, open_tick);
+    while (uv_is_active((uv_handle_t *)&b.tick) || b.outstanding)
+        uv_run(&loop, UV_RUN_ONCE);
+    double elapsed = tu_now() - b.start;
+    wal_get_stats(b.w, &st);
+    uv_close((uv_handle_t *)&b.tick, NULL);
+    open_result r = {.dropped = b.dropped};
+    summarize(elapsed, b.done, &r.r);
+    r.r.ops_per_sync = (double)b.done / (double)(st.syncs - st0.syncs);
+    r.syncs_per_s = (double)(st.syncs - st0.syncs) / elapsed;
+    r.holds_per_s = (double)(st.holds - st0.holds) / elapsed;
+    tu_close(b.w, &loop);
+    uv_loop_close(&loop);
+    tu_rmdir(dir);
+    return r;
+}
+
+static double median_of(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return v[n / 2];
+}
+
 static result median(result *rs, int n)
 {
     double v[4][16];
@@ -217,13 +374,21 @@ int main(int argc, char **argv)
         int groups, inflight;
     } configs[] = {{1, 1}, {8, 1}, {64, 1}, {1, 4}, {8, 4}, {64, 4}};
     const int nconf = (int)(sizeof configs / sizeof configs[0]);
+    const struct {
+        double rate;
+        unsigned hold_ops;
+    } opens[] = {{10000, 0}, {10000, 12}, {30000, 0}, {30000, 12}, {60000, 0}, {60000, 12}};
+    const int nopen = (int)(sizeof opens / sizeof opens[0]);
     result raw[16], rawp[16], runs[8][16];
+    static open_result open_runs[8][16];
     /* Interleave configurations so that a noisy moment hits all of them alike. */
     for (int r = 0; r < repeat; r++) {
         raw[r] = raw_sync(dir, seconds, false);
         rawp[r] = raw_sync(dir, seconds, true);
         for (int c = 0; c < nconf; c++)
             runs[c][r] = wal_run(dir, configs[c].groups, configs[c].inflight, seconds);
+        for (int c = 0; c < nopen; c++)
+            open_runs[c][r] = open_run(dir, opens[c].rate, opens[c].hold_ops, seconds);
     }
     result rawm = median(raw, repeat), rawpm = median(rawp, repeat);
     printf("bench_wal: dir %s, %.1f s per run, median of %d runs, entries 100-200 bytes\n", dir,
@@ -244,6 +409,30 @@ int main(int argc, char **argv)
         printf("%-28s %10.0f %8.2f %8.2f %10.0f %10.0f %9.1f\n", name, m.ops_per_s,
                m.ops_per_s / rawpm.ops_per_s, m.ops_per_s / rawm.ops_per_s, m.p50_us, m.p99_us,
                m.ops_per_sync);
+    }
+    printf("\nopen loop: appends arriving at a fixed rate over %d groups (released at every turn\n"
+           "of the loop); hold: the log's hold_ops (stratad's default 12; 0 never holds)\n",
+           OPEN_GROUPS);
+    printf("%-28s %10s %10s %10s %9s %9s %9s\n", "config", "ops/s", "p50 us", "p99 us", "ops/sync",
+           "syncs/s", "holds/s");
+    for (int c = 0; c < nopen; c++) {
+        result rs[16];
+        double syncs[16], holds[16];
+        uint64_t dropped = 0;
+        for (int r = 0; r < repeat; r++) {
+            rs[r] = open_runs[c][r].r;
+            syncs[r] = open_runs[c][r].syncs_per_s;
+            holds[r] = open_runs[c][r].holds_per_s;
+            dropped += open_runs[c][r].dropped;
+        }
+        result m = median(rs, repeat);
+        char name[64];
+        snprintf(name, sizeof name, "open %.0f/s, hold %u", opens[c].rate, opens[c].hold_ops);
+        printf("%-28s %10.0f %10.0f %10.0f %9.1f %9.0f %9.0f", name, m.ops_per_s, m.p50_us,
+               m.p99_us, m.ops_per_sync, median_of(syncs, repeat), median_of(holds, repeat));
+        if (dropped)
+            printf("  (%" PRIu64 " arrivals dropped: over %d in flight)", dropped, OPEN_SLOTS);
+        printf("\n");
     }
     free(samples);
     return 0;
