@@ -96,7 +96,8 @@ int cluster_node_list_decode(const char *text, size_t len, cluster_node_addr *ou
     return 0;
 }
 
-/* The value of 16 hex digits; false if any is not one. */
+/* The value of 16 lowercase hex digits, as the encoder writes them; false if any is not
+ * one. An uppercase digit is refused too: then no changed byte of a file reads. */
 static bool hex64(const char *p, uint64_t *out)
 {
     uint64_t v = 0;
@@ -107,8 +108,6 @@ static bool hex64(const char *p, uint64_t *out)
             d = (unsigned)(ch - '0');
         else if (ch >= 'a' && ch <= 'f')
             d = (unsigned)(ch - 'a' + 10);
-        else if (ch >= 'A' && ch <= 'F')
-            d = (unsigned)(ch - 'A' + 10);
         else
             return false;
         v = v << 4 | d;
