@@ -470,6 +470,32 @@ def fault_kill9(run, node, rng):
         down, back, len(copies), fo.describe())
 
 
+def fault_kill9_cluster_file(run, node, rng):
+    # SIGKILL, one bit of the node's cluster file (the meta members it asks for the map at
+    # a restart) changed, down 0.2-2 s, restart with the same command (--join): the node
+    # must write the file again from the cluster's answer, keep its data and catch up.
+    fo = Failover(run, node)
+    node.kill9()
+    path = os.path.join(node.data_dir, "cluster")
+    with open(path, "rb") as f:
+        text = bytearray(f.read())
+    at, bit = rng.randrange(len(text)), rng.randrange(8)
+    text[at] ^= 1 << bit
+    with open(path, "wb") as f:
+        f.write(text)
+    down = rng.uniform(0.2, 2.0)
+    fo.hold(down)
+    run.healed()
+    node.start()
+    back = wait_back(run, node)
+    if "its cluster file is written again" not in node.log_since_start():
+        raise Misbehaved("node %d did not write its damaged cluster file again (log %s)"
+                         % (node.index, node.log_path))
+    return ("bit %d of byte %d of %d in its cluster file changed, down %.1fs, restarted, "
+            "wrote the file again, ready and caught up in %.1fs%s"
+            % (bit, at, len(text), down, back, fo.describe()))
+
+
 HANDED_RE = re.compile(r"handed the leadership of (\d+) Raft groups to other nodes in (\d+) ms")
 
 
@@ -845,7 +871,8 @@ def sabotage_wipe(run, node, rng):
 FAULTS = {"kill9": fault_kill9, "pause": fault_pause, "stop": fault_stop}
 CLUSTER_FAULTS = {"kill9": fault_kill9, "kill9-lag": fault_kill9_lag, "pause": fault_pause,
                   "stop": fault_stop, "drain-join": fault_drain_join,
-                  "split-kill9": fault_split_kill9}
+                  "split-kill9": fault_split_kill9,
+                  "kill9-cluster-file": fault_kill9_cluster_file}
 # Need a network namespace per node (--net netns): root only.
 NET_FAULTS = {"partition-az": fault_partition_az, "isolate-leader": fault_isolate_leader,
               "asymmetric": fault_asymmetric, "loss": fault_loss, "delay": fault_delay,
@@ -893,8 +920,18 @@ def pick_drainable(run, rng):
     return node, "shares az%d" % node.az
 
 
+def pick_joiner(run, rng):
+    """kill9-cluster-file: a node started with --join (node 1 bootstraps, and a damaged
+    file is refused there: tests/integration/identity.py), half of the time the leader of
+    a random partition."""
+    node, why = pick_target(run, rng)
+    if node.index == 1:
+        node, why = rng.choice(run.nodes[1:]), "random (node 1 bootstraps)"
+    return node, why
+
+
 PICKERS = {"isolate-leader": pick_leader, "drain-join": pick_drainable,
-           "move-loss": pick_drainable}
+           "move-loss": pick_drainable, "kill9-cluster-file": pick_joiner}
 
 
 class Run:
