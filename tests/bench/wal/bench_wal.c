@@ -138,26 +138,34 @@ static void issue(slot *s)
     b->outstanding++;
 }
 
-static result wal_run(const char *parent, int groups, int inflight, double seconds)
+/* A log in a new directory under `parent` (dir: its path), on a new loop; exits on error. */
+static wal *log_open(const char *parent, unsigned hold_ops, char dir[4096], uv_loop_t *loop)
 {
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s/bench-wal-XXXXXX", parent);
+    snprintf(dir, 4096, "%s/bench-wal-XXXXXX", parent);
     if (!mkdtemp(dir)) {
         perror("mkdtemp");
         exit(1);
     }
+    uv_loop_init(loop);
+    wal_options o = {.dir = dir, .hold_ops = hold_ops};
+    wal *w;
+    strata_err err;
+    if (wal_open(&o, loop, &w, &err) != 0) {
+        fprintf(stderr, "wal_open: %s\n", err.msg);
+        exit(1);
+    }
+    return w;
+}
+
+static result wal_run(const char *parent, int groups, int inflight, double seconds)
+{
+    char dir[4096];
     uv_loop_t loop;
-    uv_loop_init(&loop);
     static bench b;
     memset(&b, 0, sizeof b);
     memset(b.payload, 0x5a, sizeof b.payload);
     b.loop = &loop;
-    wal_options o = {.dir = dir};
-    strata_err err;
-    if (wal_open(&o, &loop, &b.w, &err) != 0) {
-        fprintf(stderr, "wal_open: %s\n", err.msg);
-        exit(1);
-    }
+    b.w = log_open(parent, 0, dir, &loop);
     /* Warm up: create the first segment outside the measurement. */
     for (int g = 1; g <= groups; g++)
         b.next[g] = 1;
@@ -290,22 +298,11 @@ static void open_tick(uv_idle_t *t)
 static open_result open_run(const char *parent, double rate, unsigned hold_ops, double seconds)
 {
     char dir[4096];
-    snprintf(dir, sizeof dir, "%s/bench-wal-XXXXXX", parent);
-    if (!mkdtemp(dir)) {
-        perror("mkdtemp");
-        exit(1);
-    }
     uv_loop_t loop;
-    uv_loop_init(&loop);
     static open_bench b;
     memset(&b, 0, sizeof b);
     memset(b.payload, 0x5a, sizeof b.payload);
-    wal_options o = {.dir = dir, .hold_ops = hold_ops};
-    strata_err err;
-    if (wal_open(&o, &loop, &b.w, &err) != 0) {
-        fprintf(stderr, "wal_open: %s\n", err.msg);
-        exit(1);
-    }
+    b.w = log_open(parent, hold_ops, dir, &loop);
     for (int g = 1; g <= OPEN_GROUPS; g++)
         b.next[g] = 1;
     /* Warm up: create the first segment outside the measurement. */
