@@ -291,7 +291,7 @@ def part_f(cl, work, acked):
     try:
         cl.start([n1])
     finally:
-        del n1.command  # back to the --bootstrap command, which rewritten() restarts with
+        del n1.command  # back to its --bootstrap command
     out = C.log_since_start(n1)
     C.check("joined the cluster (3 meta voters, this node among them)" in out,
             "node 1 with --join rejoins as a meta voter: %s" % out[-800:])
@@ -301,8 +301,16 @@ def part_f(cl, work, acked):
         C.check(f.read().count("members ") == 1, "node 1's cluster file is written")
     C.check(members_line(path1) == members, "node 1's file names the members %s" % members)
     C.read_back(cl, acked, [1])
+    # Its usual command again: with its file back, --bootstrap is a restart.
+    problems = C.stop_all(cl, nodes=[n1])
+    C.check(not problems, "; ".join(problems))
+    cl.start([n1])
+    C.poll(lambda: C.caught_up(cl, 1), C.CATCHUP_DEADLINE_S,
+           "node 1's replicas reach their leaders' commit_index", 0.2)
+    C.read_back(cl, acked, [1])
     C.log("f) ok: node 1 (--bootstrap) on a damaged or missing cluster file was refused at "
-          "once; with --join it wrote the file again and caught up")
+          "once; with --join it wrote the file again and caught up; with --bootstrap again "
+          "it restarted on that file")
 
 
 def main():
