@@ -982,12 +982,11 @@ static bool holding(const wal *w)
     return uv_is_active((const uv_handle_t *)&w->hold);
 }
 
+/* Nothing can launch or fail the log during a hold (on_prepare waits for it, and no batch
+ * is in flight), and wal_close stops the timer: what was held goes now. */
 static void on_hold_over(uv_timer_t *t)
 {
-    wal *w = t->data;
-    if (w->in_flight || w->pending->nchunks == 0 || w->failed)
-        return;
-    launch(w);
+    launch(t->data);
 }
 
 /* The next batch right after a synced one: held WAL_HOLD_MS when hold_ops operations or
