@@ -318,8 +318,8 @@ static bool transition_ok(meta_node_state from, meta_node_state to)
         return to == META_NODE_ACTIVE || to == META_NODE_DOWN || to == META_NODE_REMOVED;
     case META_NODE_ACTIVE:
         return to == META_NODE_DRAINING || to == META_NODE_DOWN;
-    case META_NODE_DRAINING:
-        return to == META_NODE_ACTIVE || to == META_NODE_DOWN || to == META_NODE_REMOVED;
+    case META_NODE_DRAINING: /* stays DRAINING while unreachable, so never DOWN */
+        return to == META_NODE_ACTIVE || to == META_NODE_REMOVED;
     case META_NODE_DOWN:
         return to == META_NODE_ACTIVE || to == META_NODE_DRAINING || to == META_NODE_REMOVED;
     case META_NODE_REMOVED:
@@ -430,6 +430,10 @@ static int apply_node_state(meta_state *s, const meta_cmd *c, strata_err *err)
         return strata_err_set(err, ERR_NOT_FOUND, "node %llu is unknown",
                               (unsigned long long)c->node.id);
     meta_node *n = &s->nodes[i];
+    if (c->state_base != 0 && n->state != c->state_base)
+        return strata_err_set(err, ERR_BUSY, "node %llu is %s now, not %s as this change planned",
+                              (unsigned long long)n->id, meta_node_state_name(n->state),
+                              meta_node_state_name(c->state_base));
     if (!state_ok((int)c->node.state) || !transition_ok(n->state, c->node.state))
         return strata_err_set(err, ERR_VALIDATION, "node %llu cannot go from %s to %s",
                               (unsigned long long)n->id, meta_node_state_name(n->state),
@@ -933,6 +937,8 @@ int meta_encode(const meta_cmd *c, buf *out, strata_err *err)
     case META_CMD_NODE_STATE:
         buf_put_varint(out, n->id);
         buf_put_u8(out, (uint8_t)n->state);
+        if (c->state_base != 0)
+            buf_put_u8(out, (uint8_t)c->state_base);
         break;
     case META_CMD_TABLE_CREATE:
         if (c->name_len > META_NAME_MAX || c->schema_len > META_SCHEMA_MAX ||
@@ -1060,6 +1066,13 @@ static bool decode_body(rd *r, meta_cmd *c)
         if (!state_ok(st))
             return false;
         n->state = (meta_node_state)st;
+        /* Records written before state_base existed, and operators' commands, end here. */
+        if (rd_left(r) > 0) {
+            uint8_t base = rd_u8(r);
+            if (!state_ok(base))
+                return false;
+            c->state_base = (meta_node_state)base;
+        }
         return true;
     }
     case META_CMD_TABLE_CREATE: {

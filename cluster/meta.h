@@ -105,7 +105,7 @@ typedef struct {
 typedef enum {
     META_CMD_NODE_REGISTER = 1, /* node: all fields; state JOINING or ACTIVE */
     META_CMD_NODE_ADDRESS,      /* node.id, node.client_addr, node.peer_addr */
-    META_CMD_NODE_STATE,        /* node.id, node.state */
+    META_CMD_NODE_STATE,        /* node.id, node.state, state_base */
     META_CMD_TABLE_CREATE,      /* table_id, name, schema, parts (a full hash cover) */
     META_CMD_TABLE_DROP,        /* table_id */
     META_CMD_SET_LEADER,        /* partition_id, node_id (a voter) */
@@ -135,6 +135,12 @@ typedef struct {
      * at once from one state cannot lose one another. 0: replaces any (records written
      * before the field existed). */
     uint64_t schema_base;
+    /* NODE_STATE: the state the change was planned from; the change is refused
+     * (ERR_BUSY) if the node has another by then. The meta leader marks nodes DOWN and
+     * ACTIVE again from what it saw, and an operator's drain committed in between must
+     * not be undone by that stale plan. 0: from any state (an operator's command, and
+     * records written before the field existed). */
+    meta_node_state state_base;
     const meta_partition *parts; /* TABLE_CREATE: epoch is set to 1 on apply */
     size_t n_parts;
     uint64_t partition_id;

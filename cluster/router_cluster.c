@@ -3902,6 +3902,7 @@ static bool schedule_liveness(rcluster *c)
             meta_cmd cmd = {.kind = META_CMD_NODE_STATE};
             cmd.node.id = n->id;
             cmd.node.state = want;
+            cmd.state_base = n->state;
             fprintf(stderr, "stratad: node %" PRIu64 " is %s\n", n->id,
                     want == META_NODE_DOWN ? "unreachable: marking it DOWN" : "back: ACTIVE");
             sched_propose(c, &cmd);

@@ -316,8 +316,7 @@ static void test_node_transitions(void **state)
         [META_NODE_JOINING] =
             {[META_NODE_ACTIVE] = 1, [META_NODE_DOWN] = 1, [META_NODE_REMOVED] = 1},
         [META_NODE_ACTIVE] = {[META_NODE_DRAINING] = 1, [META_NODE_DOWN] = 1},
-        [META_NODE_DRAINING] =
-            {[META_NODE_ACTIVE] = 1, [META_NODE_DOWN] = 1, [META_NODE_REMOVED] = 1},
+        [META_NODE_DRAINING] = {[META_NODE_ACTIVE] = 1, [META_NODE_REMOVED] = 1},
         [META_NODE_DOWN] =
             {[META_NODE_ACTIVE] = 1, [META_NODE_DRAINING] = 1, [META_NODE_REMOVED] = 1},
     };
@@ -772,6 +771,71 @@ static void strip_before_checksum(buf *enc, size_t cut)
     buf_put_u64be(enc, sum);
 }
 
+static int set_state_from(meta_state *s, uint64_t id, meta_node_state base, meta_node_state st,
+                          strata_err *err)
+{
+    meta_cmd c = {.kind = META_CMD_NODE_STATE, .now_ms = 50, .state_base = base};
+    c.node.id = id;
+    c.node.state = st;
+    return run(s, &c, err);
+}
+
+/* The meta leader plans DOWN and "back: ACTIVE" from the state it saw; an operator's drain
+ * committed before that plan must survive it. */
+static void test_node_state_planned_from_a_stale_state(void **state)
+{
+    (void)state;
+    meta_state *s = meta_new();
+    strata_err err;
+    assert_int_equal(reg(s, 1, "a", "h1", META_NODE_ACTIVE), 0);
+    /* Planned ACTIVE -> DOWN; the drain lands first. */
+    assert_int_equal(set_state(s, 1, META_NODE_DRAINING, 10, &err), 0);
+    assert_int_equal(set_state_from(s, 1, META_NODE_ACTIVE, META_NODE_DOWN, &err), -1);
+    assert_int_equal(err.code, ERR_BUSY);
+    assert_non_null(strstr(err.msg, "is DRAINING now, not ACTIVE"));
+    assert_int_equal(meta_node_find(s, 1)->state, META_NODE_DRAINING);
+    assert_int_equal(meta_node_find(s, 1)->state_since_ms, 10);
+    /* Planned DOWN -> ACTIVE ("back") for a DOWN node an operator drained meanwhile. */
+    assert_int_equal(reg(s, 2, "b", "h2", META_NODE_ACTIVE), 0);
+    assert_int_equal(set_state_from(s, 2, META_NODE_ACTIVE, META_NODE_DOWN, &err), 0);
+    assert_int_equal(set_state(s, 2, META_NODE_DRAINING, 20, &err), 0);
+    assert_int_equal(set_state_from(s, 2, META_NODE_DOWN, META_NODE_ACTIVE, &err), -1);
+    assert_int_equal(err.code, ERR_BUSY);
+    assert_int_equal(meta_node_find(s, 2)->state, META_NODE_DRAINING);
+    /* A plan that still holds goes through; an operator's command (no base) from any. */
+    assert_int_equal(set_state(s, 2, META_NODE_ACTIVE, 30, &err), 0);
+    assert_int_equal(set_state_from(s, 2, META_NODE_ACTIVE, META_NODE_DOWN, &err), 0);
+    assert_int_equal(meta_node_find(s, 2)->state, META_NODE_DOWN);
+
+    /* The base travels in the record; a record without it (written before it existed)
+     * still decodes, with base 0. */
+    meta_cmd c = {.kind = META_CMD_NODE_STATE, .now_ms = 7, .state_base = META_NODE_DOWN};
+    c.node.id = 2;
+    c.node.state = META_NODE_ACTIVE;
+    buf with, without;
+    buf_init(&with, 0);
+    buf_init(&without, 0);
+    assert_int_equal(meta_encode(&c, &with, &err), 0);
+    c.state_base = 0;
+    assert_int_equal(meta_encode(&c, &without, &err), 0);
+    assert_int_equal(with.len, without.len + 1);
+    meta_cmd d;
+    assert_int_equal(meta_decode(with.data, with.len, &d, &err), 0);
+    assert_int_equal(d.state_base, META_NODE_DOWN);
+    assert_int_equal(d.node.state, META_NODE_ACTIVE);
+    meta_cmd_free(&d);
+    assert_int_equal(meta_decode(without.data, without.len, &d, &err), 0);
+    assert_int_equal(d.state_base, 0);
+    meta_cmd_free(&d);
+    with.data[with.len - 9] = 9; /* not a state */
+    strip_before_checksum(&with, 0);
+    assert_int_equal(meta_decode(with.data, with.len, &d, &err), -1);
+    assert_int_equal(err.code, ERR_CORRUPT);
+    buf_free(&with);
+    buf_free(&without);
+    meta_free(s);
+}
+
 /* A node's incarnation goes with its registration and the state; records and states
  * written before it existed read as 0. */
 static void test_incarnation(void **state)
@@ -987,6 +1051,7 @@ int main(void)
         cmocka_unit_test(test_node_register),
         cmocka_unit_test(test_node_address),
         cmocka_unit_test(test_node_transitions),
+        cmocka_unit_test(test_node_state_planned_from_a_stale_state),
         cmocka_unit_test(test_remove_needs_no_replicas),
         cmocka_unit_test(test_table_create_and_queries),
         cmocka_unit_test(test_table_create_rules),
