@@ -1017,3 +1017,190 @@ int placement_move_cmd(const meta_state *s, const placement_move *m, int step, m
     }
     return 0;
 }
+
+/* ------------------------------------------------------------ the meta group's seats */
+
+bool placement_seat_leaving(const placement_seat_view *v, const meta_node *n)
+{
+    return n == NULL || n->state == META_NODE_DRAINING || n->state == META_NODE_REMOVED ||
+           (n->state == META_NODE_DOWN && v->now_ms >= n->state_since_ms &&
+            v->now_ms - n->state_since_ms >= v->replace_after_ms);
+}
+
+/* g with `node` as `role` (added, or its role changed) or, with role 0, without it;
+ * members stay in node-id order. */
+static meta_partition seat_change(const meta_partition *g, uint64_t node, meta_role role)
+{
+    meta_partition next = *g;
+    uint32_t w = 0;
+    for (uint32_t k = 0; k < g->n_members; k++)
+        if (g->members[k].node != node)
+            next.members[w++] = g->members[k];
+    next.n_members = w;
+    if (role != 0 && w < META_MAX_MEMBERS) {
+        uint32_t at = 0;
+        while (at < w && next.members[at].node < node)
+            at++;
+        memmove(&next.members[at + 1], &next.members[at], (w - at) * sizeof *next.members);
+        next.members[at] = (meta_replica){.node = node, .role = role};
+        next.n_members++;
+    }
+    return next;
+}
+
+static placement_seat_step seat_propose(placement_seat_reason why, uint64_t node,
+                                        const meta_partition *next, uint64_t epoch, uint32_t seats)
+{
+    return (placement_seat_step){.action = PLACEMENT_SEAT_PROPOSE,
+                                 .reason = why,
+                                 .node = node,
+                                 .next = *next,
+                                 .epoch = epoch,
+                                 .seats = seats};
+}
+
+/* The first record: the configuration as it stands, once every member is registered. */
+static placement_seat_step seat_record_first(const meta_state *s, const meta_partition *config)
+{
+    placement_seat_step wait = {.action = PLACEMENT_SEAT_WAIT};
+    meta_partition g = {0};
+    uint32_t voters = 0;
+    for (uint32_t k = 0; k < config->n_members; k++) {
+        const meta_replica *m = &config->members[k];
+        if (meta_node_find(s, m->node) == NULL)
+            return wait;
+        g = seat_change(&g, m->node, m->role);
+        voters += m->role == META_VOTER;
+    }
+    if (voters == 0)
+        return wait;
+    return seat_propose(PLACEMENT_SEAT_RECORD, 0, &g, 0, voters >= 4 ? 5 : voters >= 2 ? 3 : 1);
+}
+
+/* Whether the configuration still has to follow the map: a member to add, a learner to
+ * promote or a member to remove (the changes the caller makes, one at a time). */
+static bool config_lags(const meta_partition *g, const meta_partition *config)
+{
+    for (uint32_t k = 0; k < g->n_members; k++)
+        if (!meta_partition_has(config, g->members[k].node, NULL))
+            return true;
+    for (uint32_t k = 0; k < config->n_members; k++) {
+        meta_role role;
+        if (!meta_partition_has(g, config->members[k].node, &role) ||
+            (config->members[k].role == META_LEARNER && role == META_VOTER))
+            return true;
+    }
+    return false;
+}
+
+/* The node that should take a seat (see placement.h), 0 if none. */
+static uint64_t seat_candidate(const meta_state *s, const meta_partition *g,
+                               const placement_seat_view *v)
+{
+    uint64_t best = 0;
+    int best_score = -1;
+    for (size_t i = 0; i < meta_node_count(s); i++) {
+        const meta_node *nd = meta_node_at(s, i);
+        if (nd->state != META_NODE_ACTIVE || !v->staying(v->ctx, nd->id) ||
+            meta_partition_has(g, nd->id, NULL))
+            continue;
+        bool az_new = true, host_new = true;
+        for (uint32_t k = 0; k < g->n_members; k++) {
+            const meta_node *m = meta_node_find(s, g->members[k].node);
+            if (g->members[k].role != META_VOTER || placement_seat_leaving(v, m))
+                continue;
+            az_new = az_new && strcmp(m->az, nd->az) != 0;
+            host_new = host_new && strcmp(m->host, nd->host) != 0;
+        }
+        int score = 2 * az_new + host_new;
+        if (score > best_score) {
+            best = nd->id;
+            best_score = score;
+        }
+    }
+    return best;
+}
+
+/* A voter to take out when the group has one more than its seats and none is leaving:
+ * another than the leader, one whose AZ another voter shares first, the highest id among
+ * equals. */
+static uint64_t seat_extra(const meta_state *s, const meta_partition *g, uint64_t self)
+{
+    uint64_t pick = 0;
+    bool pick_shared = false;
+    for (uint32_t k = 0; k < g->n_members; k++) {
+        const meta_node *a = meta_node_find(s, g->members[k].node);
+        if (a == NULL || a->id == self || g->members[k].role != META_VOTER)
+            continue;
+        bool shared = false;
+        for (uint32_t j = 0; j < g->n_members && !shared; j++) {
+            const meta_node *b = meta_node_find(s, g->members[j].node);
+            shared = j != k && b != NULL && g->members[j].role == META_VOTER &&
+                     strcmp(a->az, b->az) == 0;
+        }
+        if (shared || !pick_shared) {
+            pick = a->id;
+            pick_shared = shared;
+        }
+    }
+    return pick;
+}
+
+placement_seat_step placement_meta_seats(const meta_state *s, const meta_partition *config,
+                                         const placement_seat_view *v)
+{
+    placement_seat_step wait = {.action = PLACEMENT_SEAT_WAIT};
+    const meta_partition *g = meta_group(s);
+    if (g->n_members == 0)
+        return seat_record_first(s, config);
+    if (placement_seat_leaving(v, meta_node_find(s, v->self)))
+        return (placement_seat_step){.action = PLACEMENT_SEAT_HAND_OVER};
+    if (config_lags(g, config))
+        return wait;
+    uint32_t seats = meta_group_seats(s);
+    uint64_t leaving = 0;
+    for (uint32_t k = 0; k < g->n_members; k++) {
+        uint64_t node = g->members[k].node;
+        const meta_node *nd = meta_node_find(s, node);
+        if (g->members[k].role == META_LEARNER) {
+            if (nd != NULL && nd->state == META_NODE_ACTIVE)
+                return v->reachable(v->ctx, node)
+                           ? (placement_seat_step){.action = PLACEMENT_SEAT_PROBE, .node = node}
+                           : wait;
+            meta_partition next = seat_change(g, node, 0);
+            return seat_propose(PLACEMENT_SEAT_DROP, node, &next, g->epoch, seats);
+        }
+        if (leaving == 0 && node != v->self && placement_seat_leaving(v, nd))
+            leaving = node;
+    }
+    uint32_t voters = meta_partition_voters(g);
+    if (leaving == 0 && voters > seats)
+        leaving = seat_extra(s, g, v->self); /* a leaving voter came back before its seat moved */
+    if (leaving != 0 && voters > seats) {
+        meta_partition next = seat_change(g, leaving, 0);
+        return seat_propose(PLACEMENT_SEAT_GIVE_UP, leaving, &next, g->epoch, seats);
+    }
+    if (leaving == 0 && voters >= seats)
+        return wait;
+    uint64_t cand = seat_candidate(s, g, v);
+    if (cand != 0 && g->n_members < META_MAX_MEMBERS) {
+        meta_partition next = seat_change(g, cand, META_LEARNER);
+        return seat_propose(PLACEMENT_SEAT_TAKE, cand, &next, g->epoch, seats);
+    }
+    const meta_node *ln = leaving != 0 ? meta_node_find(s, leaving) : NULL;
+    if (ln != NULL && ln->state == META_NODE_REMOVED && voters > 1) {
+        meta_partition next = seat_change(g, leaving, 0);
+        return seat_propose(PLACEMENT_SEAT_SHRINK, leaving, &next, g->epoch, seats);
+    }
+    return wait;
+}
+
+placement_seat_step placement_seat_promote(const meta_state *s, uint64_t node, uint64_t epoch)
+{
+    const meta_partition *g = meta_group(s);
+    meta_role role;
+    if (g->epoch != epoch || !meta_partition_has(g, node, &role) || role != META_LEARNER)
+        return (placement_seat_step){.action = PLACEMENT_SEAT_WAIT};
+    meta_partition next = seat_change(g, node, META_VOTER);
+    return seat_propose(PLACEMENT_SEAT_PROMOTE, node, &next, g->epoch, meta_group_seats(s));
+}

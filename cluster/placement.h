@@ -22,6 +22,8 @@
  *   - A move (partition, from, to) is three commands: ADD_LEARNER(to), PROMOTE(to) (only
  *     when `from` is a voter), REMOVE_REPLICA(from). Targets prefer `from`'s AZ, then the
  *     lowest replica count.
+ *   - The meta group's seats (placement_meta_seats): one META_MEMBERS step at a time, a
+ *     leaving voter's seat going to a node in an AZ the group lacks (see below).
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -155,5 +157,76 @@ uint64_t placement_removal(const meta_state *s, const meta_partition *p, uint64_
 int placement_move_steps(const placement_move *m);
 int placement_move_cmd(const meta_state *s, const placement_move *m, int step, meta_cmd *out,
                        strata_err *err);
+
+/*
+ * The meta group's seats: the next step of the meta leader's scheduler. The map records
+ * the group's members (meta_group) and how many voters it keeps (meta_group_seats: 1, 3
+ * or 5); the Raft configuration follows the map one change at a time (the caller's), and
+ * the map changes one META_MEMBERS command at a time, each planned here against the
+ * configuration as committed:
+ *   - Nothing recorded yet: the configuration is recorded as it stands (epoch 0), with
+ *     seats for its voters (1; 2-3 -> 3; 4+ -> 5), once every member is registered.
+ *   - The leader's own node gives its seat up: it hands leadership over first.
+ *   - The configuration lags the map: wait.
+ *   - A learner is probed (on an ACTIVE, reachable node: the caller promotes it once it
+ *     caught up) or, on a node no longer ACTIVE, taken out.
+ *   - With more voters than seats, a leaving one goes (another than the leader), else the
+ *     extra voter: one whose AZ another voter shares, the highest id among equals.
+ *   - A leaving voter, or a seat short, gets a learner on the best candidate: an ACTIVE,
+ *     staying node, not a member, in an AZ (then on a host) no staying voter has, the
+ *     lowest id among equals.
+ *   - With nobody to take it, a REMOVED voter's seat goes anyway (the group shrinks);
+ *     a DRAINING or DOWN one keeps it.
+ * A voter is leaving when its node is DRAINING or REMOVED (or unknown), or DOWN for at
+ * least replace_after_ms (as its partition replicas are re-created then).
+ */
+typedef enum {
+    PLACEMENT_SEAT_WAIT = 0,  /* nothing to do now */
+    PLACEMENT_SEAT_PROPOSE,   /* propose META_MEMBERS(next, epoch, seats) */
+    PLACEMENT_SEAT_HAND_OVER, /* the leader's node gives its seat up: transfer leadership */
+    PLACEMENT_SEAT_PROBE,     /* ask learner `node` whether it caught up */
+} placement_seat_action;
+
+typedef enum {
+    PLACEMENT_SEAT_RECORD = 1, /* the first record of the seats */
+    PLACEMENT_SEAT_DROP,       /* learner `node` is no longer ACTIVE: no seat for it */
+    PLACEMENT_SEAT_GIVE_UP,    /* voter `node` leaves (leaving, or one too many) */
+    PLACEMENT_SEAT_TAKE,       /* `node` takes a seat, as a learner first */
+    PLACEMENT_SEAT_SHRINK,     /* REMOVED voter `node` goes; nobody takes its seat */
+    PLACEMENT_SEAT_PROMOTE,    /* learner `node` caught up: it becomes a voter */
+} placement_seat_reason;
+
+typedef struct {
+    uint64_t self;             /* the meta leader's node */
+    uint64_t now_ms;           /* wall clock, as the nodes' state_since_ms */
+    uint64_t replace_after_ms; /* a DOWN voter leaves its seat after this long */
+    /* As the leader sees them: `reachable` (true for self), and `staying`: reachable and
+     * not stopping. */
+    bool (*reachable)(void *ctx, uint64_t node);
+    bool (*staying)(void *ctx, uint64_t node);
+    void *ctx;
+} placement_seat_view;
+
+typedef struct {
+    placement_seat_action action;
+    placement_seat_reason reason; /* PROPOSE */
+    uint64_t node;                /* PROBE, and the node a PROPOSE adds or takes out */
+    meta_partition next;          /* PROPOSE: the group's members after the step */
+    uint64_t epoch;               /* PROPOSE: planned against (0: the first record) */
+    uint32_t seats;               /* PROPOSE */
+} placement_seat_step;
+
+/* Whether node `n` (NULL: unknown) gives its meta seat up at v->now_ms. */
+bool placement_seat_leaving(const placement_seat_view *v, const meta_node *n);
+
+/* The step, given the group's committed Raft configuration `config` (its members, with
+ * META_VOTER or META_LEARNER roles, in any order; the caller waits while a change is
+ * pending). */
+placement_seat_step placement_meta_seats(const meta_state *s, const meta_partition *config,
+                                         const placement_seat_view *v);
+
+/* After a PROBE at the group's `epoch` found learner `node` caught up: the PROPOSE that
+ * makes it a voter, or WAIT if the map changed since (another epoch, not a learner). */
+placement_seat_step placement_seat_promote(const meta_state *s, uint64_t node, uint64_t epoch);
 
 #endif

@@ -3614,99 +3614,78 @@ typedef struct {
 
 static int transfer_begin(rcluster *c, uint64_t group, uint64_t target);
 
-/* Whether node `n` gives its meta seat up: DRAINING or REMOVED, or DOWN past
- * replace_after (as its partition replicas are re-created then). */
-static bool seat_leaving(const rcluster *c, const meta_node *n)
+/* The seats' planner sees nodes as this meta leader does. */
+static bool seat_reachable(void *ctx, uint64_t node)
 {
-    uint64_t now = wall_ms();
-    return n == NULL || n->state == META_NODE_DRAINING || n->state == META_NODE_REMOVED ||
-           (n->state == META_NODE_DOWN && now >= n->state_since_ms &&
-            now - n->state_since_ms >= c->replace_after_ms);
+    return node_usable(ctx, node);
 }
 
-/* g with `node` as `role` (added, or its role changed) or, with role 0, without it. */
-static meta_partition seat_change(const meta_partition *g, uint64_t node, meta_role role)
+static bool seat_staying(void *ctx, uint64_t node)
 {
-    meta_partition next = *g;
-    uint32_t w = 0;
-    for (uint32_t k = 0; k < g->n_members; k++)
-        if (g->members[k].node != node)
-            next.members[w++] = g->members[k];
-    next.n_members = w;
-    if (role != 0 && w < META_MAX_MEMBERS) {
-        uint32_t at = 0;
-        while (at < w && next.members[at].node < node)
-            at++;
-        memmove(&next.members[at + 1], &next.members[at], (w - at) * sizeof *next.members);
-        next.members[at] = (meta_replica){.node = node, .role = role};
-        next.n_members++;
+    return node_staying(ctx, node);
+}
+
+static placement_seat_view seat_view(rcluster *c)
+{
+    return (placement_seat_view){.self = c->self,
+                                 .now_ms = wall_ms(),
+                                 .replace_after_ms = c->replace_after_ms,
+                                 .reachable = seat_reachable,
+                                 .staying = seat_staying,
+                                 .ctx = c};
+}
+
+static bool seat_leaving(rcluster *c, const meta_node *n)
+{
+    placement_seat_view v = seat_view(c);
+    return placement_seat_leaving(&v, n);
+}
+
+/* Proposes a planned step, saying why in the log. */
+static void seat_propose(rcluster *c, const placement_seat_step *st)
+{
+    const meta_node *nd = meta_node_find(c->meta, st->node);
+    const char *state = nd != NULL ? meta_node_state_name(nd->state) : "unknown";
+    switch (st->reason) {
+    case PLACEMENT_SEAT_RECORD:
+        break;
+    case PLACEMENT_SEAT_DROP:
+        fprintf(stderr, "stratad: meta group: node %" PRIu64 " is %s: no seat for it\n", st->node,
+                state);
+        break;
+    case PLACEMENT_SEAT_GIVE_UP:
+        fprintf(stderr, "stratad: meta group: node %" PRIu64 " (%s) gives its seat up\n", st->node,
+                state);
+        break;
+    case PLACEMENT_SEAT_TAKE:
+        fprintf(stderr, "stratad: meta group: node %" PRIu64 " takes a seat (a learner first)\n",
+                st->node);
+        break;
+    case PLACEMENT_SEAT_SHRINK:
+        fprintf(stderr,
+                "stratad: meta group: node %" PRIu64 " is REMOVED and nobody can take "
+                "its seat: the group shrinks\n",
+                st->node);
+        break;
+    case PLACEMENT_SEAT_PROMOTE:
+        fprintf(stderr, "stratad: meta group: node %" PRIu64 " caught up: promoting it\n",
+                st->node);
+        break;
     }
-    return next;
-}
-
-static void seat_propose(rcluster *c, const meta_partition *next, uint64_t epoch, uint32_t seats)
-{
-    meta_cmd cmd = {
-        .kind = META_CMD_META_MEMBERS, .epoch = epoch, .seats = seats, .parts = next, .n_parts = 1};
+    meta_cmd cmd = {.kind = META_CMD_META_MEMBERS,
+                    .epoch = st->epoch,
+                    .seats = st->seats,
+                    .parts = &st->next,
+                    .n_parts = 1};
     sched_propose(c, &cmd);
 }
 
 /* The learner `node`, probed at `epoch`, caught up: it becomes a voter. */
 static void seat_promote(rcluster *c, uint64_t node, uint64_t epoch)
 {
-    const meta_partition *g = meta_group(c->meta);
-    meta_role role;
-    if (g->epoch != epoch || !meta_partition_has(g, node, &role) || role != META_LEARNER)
-        return;
-    fprintf(stderr, "stratad: meta group: node %" PRIu64 " caught up: promoting it\n", node);
-    meta_partition next = seat_change(g, node, META_VOTER);
-    seat_propose(c, &next, g->epoch, meta_group_seats(c->meta));
-}
-
-/* The first record of the seats: the Raft configuration as it stands (the group's size
- * at formation keeps it: 1, 3 or 5 voters). Waits until every member registered. */
-static bool seat_record_first(rcluster *c, const raft_host_member *cur, size_t n)
-{
-    meta_partition g = {0};
-    uint32_t voters = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (meta_node_find(c->meta, cur[i].id) == NULL)
-            return false;
-        g = seat_change(&g, cur[i].id, cur[i].voter ? META_VOTER : META_LEARNER);
-        voters += cur[i].voter;
-    }
-    if (voters == 0)
-        return false;
-    seat_propose(c, &g, 0, voters >= 4 ? 5 : voters >= 2 ? 3 : 1);
-    return true;
-}
-
-/* The node that should take a seat: ACTIVE, answering, not stopping, not a member; in an
- * AZ, then on a host, that no staying voter has; the lowest id among equals. 0 if none. */
-static uint64_t seat_candidate(const rcluster *c, const meta_partition *g)
-{
-    uint64_t best = 0;
-    int best_score = -1;
-    for (size_t i = 0; i < meta_node_count(c->meta); i++) {
-        const meta_node *nd = meta_node_at(c->meta, i);
-        if (nd->state != META_NODE_ACTIVE || !node_staying(c, nd->id) ||
-            meta_partition_has(g, nd->id, NULL))
-            continue;
-        bool az_new = true, host_new = true;
-        for (uint32_t k = 0; k < g->n_members; k++) {
-            const meta_node *v = meta_node_find(c->meta, g->members[k].node);
-            if (g->members[k].role != META_VOTER || seat_leaving(c, v))
-                continue;
-            az_new = az_new && strcmp(v->az, nd->az) != 0;
-            host_new = host_new && strcmp(v->host, nd->host) != 0;
-        }
-        int score = 2 * az_new + host_new;
-        if (score > best_score) {
-            best = nd->id;
-            best_score = score;
-        }
-    }
-    return best;
+    placement_seat_step st = placement_seat_promote(c->meta, node, epoch);
+    if (st.action == PLACEMENT_SEAT_PROPOSE)
+        seat_propose(c, &st);
 }
 
 /* This meta leader gives its seat up: leadership goes to a staying voter that caught up
@@ -3732,102 +3711,35 @@ static void seat_hand_over(rcluster *c, const meta_partition *g)
     }
 }
 
-/* A voter to take out when the group has one more than its seats and none is leaving:
- * another than this leader, one whose AZ another voter shares first, the highest id
- * among equals. */
-static uint64_t seat_extra(const rcluster *c, const meta_partition *g)
-{
-    uint64_t pick = 0;
-    bool pick_shared = false;
-    for (uint32_t k = 0; k < g->n_members; k++) {
-        const meta_node *a = meta_node_find(c->meta, g->members[k].node);
-        if (a == NULL || a->id == c->self || g->members[k].role != META_VOTER)
-            continue;
-        bool shared = false;
-        for (uint32_t j = 0; j < g->n_members && !shared; j++) {
-            const meta_node *b = meta_node_find(c->meta, g->members[j].node);
-            shared = j != k && b != NULL && g->members[j].role == META_VOTER &&
-                     strcmp(a->az, b->az) == 0;
-        }
-        if (shared || !pick_shared) {
-            pick = a->id;
-            pick_shared = shared;
-        }
-    }
-    return pick;
-}
-
 static bool probe_learner(rcluster *c, const meta_partition *mp, uint64_t node);
 
-/* One step of the seats' moves (schedule): record them first; a leaving leader hands
- * over; wait while the configuration catches up with the map; a learner is promoted once
- * caught up (or dropped if its node is no longer ACTIVE); a voter too many is removed (a
- * leaving one, else seat_extra); a leaving voter, or a seat short, gets a learner on
- * seat_candidate; with nobody to take it, a REMOVED voter's seat goes anyway. True when it
- * proposed or probed. */
+/* One step of the seats' moves (schedule), as placement_meta_seats plans it against the
+ * group's committed configuration. True when it proposed or probed. */
 static bool schedule_meta_seats(rcluster *c)
 {
-    raft_host_member cur[META_MAX_MEMBERS + 2], want[META_MAX_MEMBERS + 2];
-    size_t n, nn;
+    raft_host_member cur[META_MAX_MEMBERS + 2];
+    size_t n;
     bool pending;
     if (raft_host_configuration(c->host, META_GROUP, cur, META_MAX_MEMBERS + 2, &n, &pending,
                                 NULL) < 0 ||
         pending || n > META_MAX_MEMBERS)
         return false;
-    const meta_partition *g = meta_group(c->meta);
-    if (g->n_members == 0)
-        return seat_record_first(c, cur, n);
-    if (seat_leaving(c, meta_node_find(c->meta, c->self))) {
-        seat_hand_over(c, g);
+    meta_partition config = {.id = META_GROUP, .n_members = (uint32_t)n};
+    for (size_t i = 0; i < n; i++)
+        config.members[i] =
+            (meta_replica){.node = cur[i].id, .role = cur[i].voter ? META_VOTER : META_LEARNER};
+    placement_seat_view v = seat_view(c);
+    placement_seat_step st = placement_meta_seats(c->meta, &config, &v);
+    switch (st.action) {
+    case PLACEMENT_SEAT_WAIT:
         return false;
-    }
-    if (next_config(g, cur, n, want, &nn))
-        return false; /* follow_meta_config takes the configuration there first */
-    uint32_t seats = meta_group_seats(c->meta);
-    uint64_t leaving = 0;
-    for (uint32_t k = 0; k < g->n_members; k++) {
-        uint64_t node = g->members[k].node;
-        const meta_node *nd = meta_node_find(c->meta, node);
-        if (g->members[k].role == META_LEARNER) {
-            if (nd != NULL && nd->state == META_NODE_ACTIVE)
-                return node_usable(c, node) && probe_learner(c, g, node);
-            fprintf(stderr, "stratad: meta group: node %" PRIu64 " is %s: no seat for it\n", node,
-                    nd != NULL ? meta_node_state_name(nd->state) : "unknown");
-            meta_partition next = seat_change(g, node, 0);
-            seat_propose(c, &next, g->epoch, seats);
-            return true;
-        }
-        if (leaving == 0 && node != c->self && seat_leaving(c, nd))
-            leaving = node;
-    }
-    uint32_t voters = meta_partition_voters(g);
-    if (leaving == 0 && voters > seats)
-        leaving = seat_extra(c, g); /* a leaving voter came back before its seat moved */
-    const meta_node *ln = leaving != 0 ? meta_node_find(c->meta, leaving) : NULL;
-    if (leaving != 0 && voters > seats) {
-        fprintf(stderr, "stratad: meta group: node %" PRIu64 " (%s) gives its seat up\n", leaving,
-                ln != NULL ? meta_node_state_name(ln->state) : "unknown");
-        meta_partition next = seat_change(g, leaving, 0);
-        seat_propose(c, &next, g->epoch, seats);
-        return true;
-    }
-    if (leaving == 0 && voters >= seats)
+    case PLACEMENT_SEAT_HAND_OVER:
+        seat_hand_over(c, meta_group(c->meta));
         return false;
-    uint64_t cand = seat_candidate(c, g);
-    if (cand != 0 && g->n_members < META_MAX_MEMBERS) {
-        fprintf(stderr, "stratad: meta group: node %" PRIu64 " takes a seat (a learner first)\n",
-                cand);
-        meta_partition next = seat_change(g, cand, META_LEARNER);
-        seat_propose(c, &next, g->epoch, seats);
-        return true;
-    }
-    if (ln != NULL && ln->state == META_NODE_REMOVED && voters > 1) {
-        fprintf(stderr,
-                "stratad: meta group: node %" PRIu64 " is REMOVED and nobody can take "
-                "its seat: the group shrinks\n",
-                leaving);
-        meta_partition next = seat_change(g, leaving, 0);
-        seat_propose(c, &next, g->epoch, seats);
+    case PLACEMENT_SEAT_PROBE:
+        return probe_learner(c, meta_group(c->meta), st.node);
+    case PLACEMENT_SEAT_PROPOSE:
+        seat_propose(c, &st);
         return true;
     }
     return false;
@@ -6187,10 +6099,11 @@ static void reconcile_groups(rcluster *c)
 
 /*
  * The meta group's seats. The map names the group's members (meta_group in meta.h); the
- * meta leader moves a seat as it moves a partition's replica (schedule_meta_seats: a
- * learner added on the best free node, promoted once caught up, the leaving voter removed)
- * and makes the group's Raft configuration follow the map (follow_meta_config). Each node
- * follows the map for its own seat (reconcile_meta_seat):
+ * meta leader moves a seat as it moves a partition's replica (schedule_meta_seats, with
+ * the steps planned by placement_meta_seats: a learner added on the best free node,
+ * promoted once caught up, the leaving voter removed) and makes the group's Raft configuration
+ * follow the map (follow_meta_config). Each node follows the map for its own seat
+ * (reconcile_meta_seat):
  *   - named and not running the group: it starts an empty replica (raft_host_join_group,
  *     remembered as "meta joined" in the cluster file so that a restart does not bootstrap
  *     it) that the leader fills from its log. Its map stays the one it fetched; entries the

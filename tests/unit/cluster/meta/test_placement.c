@@ -4,7 +4,8 @@
  * drain / replacement / rebalance plans that keep every rule at every step (each step is
  * applied through meta_apply and the whole state re-checked), determinism, and leader
  * balance by load (hints to ACTIVE voters only, counts kept even, each plan lowering the
- * sum of squared node loads, repeated plans settling).
+ * sum of squared node loads, repeated plans settling), and the meta group's seat steps
+ * (each applied through meta_apply).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -1129,6 +1130,271 @@ static void test_planned_move_checks(void **state)
     meta_free(s);
 }
 
+/* ---- the meta group's seats (placement_meta_seats) ---- */
+
+/* Liveness as a test sets it: bit i of `down` = node i unreachable, of `stopping` = node i
+ * stopping. */
+typedef struct {
+    unsigned down, stopping;
+} seat_world;
+
+static bool world_reachable(void *ctx, uint64_t node)
+{
+    const seat_world *w = ctx;
+    return !(w->down >> node & 1);
+}
+
+static bool world_staying(void *ctx, uint64_t node)
+{
+    const seat_world *w = ctx;
+    return world_reachable(ctx, node) && !(w->stopping >> node & 1);
+}
+
+static placement_seat_view seat_view_of(uint64_t self, uint64_t now, seat_world *w)
+{
+    return (placement_seat_view){.self = self,
+                                 .now_ms = now,
+                                 .replace_after_ms = 300000,
+                                 .reachable = world_reachable,
+                                 .staying = world_staying,
+                                 .ctx = w};
+}
+
+/* Nodes 1..n over AZs a, b, c in turn, each on a host of its own. */
+static meta_state *seat_cluster(uint64_t n)
+{
+    static const char *az[] = {"a", "b", "c"};
+    meta_state *s = meta_new();
+    for (uint64_t i = 1; i <= n; i++) {
+        char host[16];
+        snprintf(host, sizeof host, "h%llu", (unsigned long long)i);
+        reg(s, i, az[(i - 1) % 3], host);
+    }
+    return s;
+}
+
+/* A configuration with the given voters and learners (0-terminated lists). */
+static meta_partition config_of(const uint64_t *voters, const uint64_t *learners)
+{
+    meta_partition g = {0};
+    for (; *voters; voters++)
+        g.members[g.n_members++] = (meta_replica){*voters, META_VOTER};
+    for (; learners && *learners; learners++)
+        g.members[g.n_members++] = (meta_replica){*learners, META_LEARNER};
+    return g;
+}
+
+/* Applies a PROPOSE step through meta_apply (its rules check the plan). */
+static void apply_seat(meta_state *s, placement_seat_step st)
+{
+    assert_int_equal(st.action, PLACEMENT_SEAT_PROPOSE);
+    meta_cmd c = {.kind = META_CMD_META_MEMBERS,
+                  .now_ms = 1,
+                  .epoch = st.epoch,
+                  .seats = st.seats,
+                  .parts = &st.next,
+                  .n_parts = 1};
+    strata_err err;
+    if (run(s, &c, &err))
+        fail_msg("seat step refused: %s", err.msg);
+}
+
+/* seat_cluster(n) with the seats recorded (voters 1, 2 and 3; three seats), and a view
+ * from node 1 of the world *w (all up). *cfg: the configuration as recorded. */
+static meta_state *seated(uint64_t n, seat_world *w, placement_seat_view *v, meta_partition *cfg)
+{
+    meta_state *s = seat_cluster(n);
+    *w = (seat_world){0};
+    *v = seat_view_of(1, 1000, w);
+    *cfg = config_of((const uint64_t[]){1, 2, 3, 0}, NULL);
+    apply_seat(s, placement_meta_seats(s, cfg, v));
+    return s;
+}
+
+static meta_role seat_role(const meta_state *s, uint64_t node)
+{
+    meta_role r;
+    return meta_partition_has(meta_group(s), node, &r) ? r : 0;
+}
+
+static void test_seats_first_record(void **state)
+{
+    (void)state;
+    static const struct {
+        uint64_t voters[6];
+        uint32_t seats;
+    } cases[] = {{{1}, 1}, {{1, 2}, 3}, {{1, 2, 3}, 3}, {{1, 2, 3, 4}, 5}, {{1, 2, 3, 4, 5}, 5}};
+    seat_world w = {0};
+    placement_seat_view v = seat_view_of(1, 1000, &w);
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        meta_state *s = seat_cluster(6);
+        meta_partition cfg = config_of(cases[i].voters, (const uint64_t[]){6, 0});
+        placement_seat_step st = placement_meta_seats(s, &cfg, &v);
+        assert_int_equal(st.reason, PLACEMENT_SEAT_RECORD);
+        assert_int_equal(st.epoch, 0);
+        assert_int_equal(st.seats, cases[i].seats);
+        apply_seat(s, st);
+        assert_int_equal(meta_partition_voters(meta_group(s)), i + 1);
+        assert_int_equal(seat_role(s, 6), META_LEARNER);
+        meta_free(s);
+    }
+    /* A member not registered yet: wait for it. */
+    meta_state *s = seat_cluster(2);
+    meta_partition cfg = config_of((const uint64_t[]){1, 2, 3, 0}, NULL);
+    assert_int_equal(placement_meta_seats(s, &cfg, &v).action, PLACEMENT_SEAT_WAIT);
+    meta_free(s);
+}
+
+/* A drained voter's seat moves: a learner on the best candidate, probed, promoted, and
+ * the drained voter goes; each step waits for the configuration to follow the map. */
+static void test_seats_move_off_a_drained_voter(void **state)
+{
+    (void)state;
+    seat_world w;
+    placement_seat_view v;
+    meta_partition cfg;
+    meta_state *s = seated(6, &w, &v, &cfg); /* 1a 2b 3c 4a 5b 6c */
+    assert_int_equal(placement_meta_seats(s, &cfg, &v).action, PLACEMENT_SEAT_WAIT);
+
+    set_state(s, 2, META_NODE_DRAINING, 2000);
+    /* Node 5 is in AZ b, which no staying voter has (2 leaves); node 4 shares AZ a with
+     * voter 1. A stopping node 5 would not be chosen. */
+    w.stopping = 1u << 5;
+    placement_seat_step st = placement_meta_seats(s, &cfg, &v);
+    assert_int_equal(st.reason, PLACEMENT_SEAT_TAKE);
+    assert_int_equal(st.node, 4);
+    w.stopping = 0;
+    st = placement_meta_seats(s, &cfg, &v);
+    assert_int_equal(st.reason, PLACEMENT_SEAT_TAKE);
+    assert_int_equal(st.node, 5);
+    apply_seat(s, st);
+    assert_int_equal(seat_role(s, 5), META_LEARNER);
+
+    /* The configuration lags: wait. Then the learner is probed, once reachable. */
+    assert_int_equal(placement_meta_seats(s, &cfg, &v).action, PLACEMENT_SEAT_WAIT);
+    cfg = config_of((const uint64_t[]){1, 2, 3, 0}, (const uint64_t[]){5, 0});
+    w.down = 1u << 5;
+    assert_int_equal(placement_meta_seats(s, &cfg, &v).action, PLACEMENT_SEAT_WAIT);
+    w.down = 0;
+    st = placement_meta_seats(s, &cfg, &v);
+    assert_int_equal(st.action, PLACEMENT_SEAT_PROBE);
+    assert_int_equal(st.node, 5);
+
+    /* Caught up: promoted, unless the map moved on since the probe. */
+    uint64_t epoch = meta_group(s)->epoch;
+    assert_int_equal(placement_seat_promote(s, 5, epoch + 1).action, PLACEMENT_SEAT_WAIT);
+    assert_int_equal(placement_seat_promote(s, 4, epoch).action, PLACEMENT_SEAT_WAIT);
+    st = placement_seat_promote(s, 5, epoch);
+    assert_int_equal(st.reason, PLACEMENT_SEAT_PROMOTE);
+    apply_seat(s, st);
+    assert_int_equal(seat_role(s, 5), META_VOTER);
+    /* Until the configuration promotes it too, wait. */
+    assert_int_equal(placement_meta_seats(s, &cfg, &v).action, PLACEMENT_SEAT_WAIT);
+
+    /* Four voters, three seats: the drained one goes. */
+    cfg = config_of((const uint64_t[]){1, 2, 3, 5, 0}, NULL);
+    st = placement_meta_seats(s, &cfg, &v);
+    assert_int_equal(st.reason, PLACEMENT_SEAT_GIVE_UP);
+    assert_int_equal(st.node, 2);
+    apply_seat(s, st);
+    cfg = config_of((const uint64_t[]){1, 3, 5, 0}, NULL);
+    assert_int_equal(placement_meta_seats(s, &cfg, &v).action, PLACEMENT_SEAT_WAIT);
+    assert_int_equal(meta_group_seats(s), 3);
+    meta_free(s);
+}
+
+/* A leaving voter that came back before its seat moved leaves a voter too many: one whose
+ * AZ another voter shares goes, never the leader, the highest id among equals. */
+static void test_seats_extra_voter(void **state)
+{
+    (void)state;
+    seat_world w;
+    placement_seat_view v;
+    meta_partition cfg;
+    meta_state *s = seated(6, &w, &v, &cfg); /* 1a 2b 3c 4a 5b 6c */
+    set_state(s, 3, META_NODE_DRAINING, 2000);
+    placement_seat_step st = placement_meta_seats(s, &cfg, &v);
+    assert_int_equal(st.node, 6); /* AZ c, which no staying voter has */
+    apply_seat(s, st);
+    apply_seat(s, placement_seat_promote(s, 6, meta_group(s)->epoch));
+    set_state(s, 3, META_NODE_ACTIVE, 3000); /* the drain is called off */
+    cfg = config_of((const uint64_t[]){1, 2, 3, 6, 0}, NULL);
+    st = placement_meta_seats(s, &cfg, &v);
+    assert_int_equal(st.reason, PLACEMENT_SEAT_GIVE_UP);
+    assert_int_equal(st.node, 6); /* 3 and 6 share AZ c: the highest id */
+    /* Led by node 6, node 3 goes instead. */
+    placement_seat_view v6 = seat_view_of(6, 1000, &w);
+    st = placement_meta_seats(s, &cfg, &v6);
+    assert_int_equal(st.node, 3);
+    apply_seat(s, st);
+    assert_int_equal(meta_partition_voters(meta_group(s)), 3);
+    meta_free(s);
+}
+
+/* A candidate in an AZ no staying voter has beats one on a new host only. */
+static void test_seats_candidate_prefers_a_new_az(void **state)
+{
+    (void)state;
+    seat_world w;
+    placement_seat_view v;
+    meta_partition cfg;
+    meta_state *s = seated(3, &w, &v, &cfg); /* 1a 2b 3c, hosts h1-h3 */
+    reg(s, 4, "a", "h4"); /* AZ a has voter 1; a host of its own */
+    reg(s, 5, "c", "h1"); /* AZ c loses its voter; voter 1's host */
+    set_state(s, 3, META_NODE_DRAINING, 2000);
+    placement_seat_step st = placement_meta_seats(s, &cfg, &v);
+    assert_int_equal(st.reason, PLACEMENT_SEAT_TAKE);
+    assert_int_equal(st.node, 5);
+    meta_free(s);
+}
+
+/* DOWN gives a seat up only past replace_after; a learner on a node no longer ACTIVE is
+ * dropped; a leaving leader hands over; with nobody to take a seat, only a REMOVED voter
+ * goes. */
+static void test_seats_down_removed_and_leader(void **state)
+{
+    (void)state;
+    seat_world w;
+    placement_seat_view v;
+    meta_partition cfg;
+    meta_state *s = seated(4, &w, &v, &cfg); /* 1a 2b 3c 4a */
+
+    set_state(s, 3, META_NODE_DOWN, 10000);
+    w.down = 1u << 3;
+    v.now_ms = 10000 + 299999;
+    assert_int_equal(placement_meta_seats(s, &cfg, &v).action, PLACEMENT_SEAT_WAIT);
+    v.now_ms = 10000 + 300000;
+    placement_seat_step st = placement_meta_seats(s, &cfg, &v);
+    assert_int_equal(st.reason, PLACEMENT_SEAT_TAKE);
+    assert_int_equal(st.node, 4);
+    apply_seat(s, st);
+
+    /* The learner's node goes DOWN before it caught up: no seat for it. */
+    set_state(s, 4, META_NODE_DOWN, 20000);
+    cfg = config_of((const uint64_t[]){1, 2, 3, 0}, (const uint64_t[]){4, 0});
+    st = placement_meta_seats(s, &cfg, &v);
+    assert_int_equal(st.reason, PLACEMENT_SEAT_DROP);
+    assert_int_equal(st.node, 4);
+    apply_seat(s, st);
+
+    /* Nobody can take node 3's seat (node 4 is DOWN): a DOWN voter keeps it... */
+    cfg = config_of((const uint64_t[]){1, 2, 3, 0}, NULL);
+    assert_int_equal(placement_meta_seats(s, &cfg, &v).action, PLACEMENT_SEAT_WAIT);
+    /* ... a REMOVED one does not (the group shrinks to two voters). */
+    set_state(s, 3, META_NODE_REMOVED, 30000);
+    st = placement_meta_seats(s, &cfg, &v);
+    assert_int_equal(st.reason, PLACEMENT_SEAT_SHRINK);
+    assert_int_equal(st.node, 3);
+    apply_seat(s, st);
+    assert_int_equal(meta_partition_voters(meta_group(s)), 2);
+
+    /* The leader's own node drained: it hands leadership over first. */
+    set_state(s, 1, META_NODE_DRAINING, 40000);
+    cfg = config_of((const uint64_t[]){1, 2, 0}, NULL);
+    assert_int_equal(placement_meta_seats(s, &cfg, &v).action, PLACEMENT_SEAT_HAND_OVER);
+    meta_free(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1150,6 +1416,11 @@ int main(void)
         cmocka_unit_test(test_planned_move_checks),
         cmocka_unit_test(test_randomized_clusters),
         cmocka_unit_test(test_determinism),
+        cmocka_unit_test(test_seats_first_record),
+        cmocka_unit_test(test_seats_move_off_a_drained_voter),
+        cmocka_unit_test(test_seats_extra_voter),
+        cmocka_unit_test(test_seats_candidate_prefers_a_new_az),
+        cmocka_unit_test(test_seats_down_removed_and_leader),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
