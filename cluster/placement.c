@@ -1146,6 +1146,19 @@ static uint64_t seat_extra(const meta_state *s, const meta_partition *g, uint64_
     return pick;
 }
 
+/* Whether a voter other than the leader stays (can take the leadership over). */
+static bool seat_successor(const meta_state *s, const meta_partition *g,
+                           const placement_seat_view *v)
+{
+    for (uint32_t k = 0; k < g->n_members; k++) {
+        uint64_t node = g->members[k].node;
+        if (node != v->self && g->members[k].role == META_VOTER &&
+            !placement_seat_leaving(v, meta_node_find(s, node)) && v->staying(v->ctx, node))
+            return true;
+    }
+    return false;
+}
+
 placement_seat_step placement_meta_seats(const meta_state *s, const meta_partition *config,
                                          const placement_seat_view *v)
 {
@@ -1153,7 +1166,7 @@ placement_seat_step placement_meta_seats(const meta_state *s, const meta_partiti
     const meta_partition *g = meta_group(s);
     if (g->n_members == 0)
         return seat_record_first(s, config);
-    if (placement_seat_leaving(v, meta_node_find(s, v->self)))
+    if (placement_seat_leaving(v, meta_node_find(s, v->self)) && seat_successor(s, g, v))
         return (placement_seat_step){.action = PLACEMENT_SEAT_HAND_OVER};
     if (config_lags(g, config))
         return wait;

@@ -166,7 +166,9 @@ int placement_move_cmd(const meta_state *s, const placement_move *m, int step, m
  * configuration as committed:
  *   - Nothing recorded yet: the configuration is recorded as it stands (epoch 0), with
  *     seats for its voters (1; 2-3 -> 3; 4+ -> 5), once every member is registered.
- *   - The leader's own node gives its seat up: it hands leadership over first.
+ *   - The leader's own node gives its seat up: it hands leadership over first, to a
+ *     voter that stays; while none does (every voter leaving, say: nodes drained to be
+ *     replaced), the other voters' seats move first, the leader's last.
  *   - The configuration lags the map: wait.
  *   - A learner is probed (on an ACTIVE, reachable node: the caller promotes it once it
  *     caught up) or, on a node no longer ACTIVE, taken out.

@@ -109,6 +109,20 @@
  *            seed_child in cluster/router_cluster.c; without it 10 of --splits 1-2000
  *            ended with such a child, "final member N is a learner or holds no replica").
  *
+ *   seats:   (--seats) group 0 is the meta group, its members the map's seats (cluster/
+ *            placement.h, placement_meta_seats, as stratad's schedule_meta_seats plans
+ *            them): six nodes, two in each of three AZs; every 100-500 ms until 4 s an
+ *            operator drains a random node or calls its drain off (the map, global here,
+ *            changes at once; stratad commits it in the meta log first). The leader plans
+ *            the next seat step against its committed configuration (a learner on the best
+ *            ACTIVE node, probed and promoted on its own word, the leaving voter removed, the
+ *            leader handing over when its own node is drained) and makes the configuration
+ *            follow the map; a node the map names joins empty, and one it no longer names
+ *            drops its replica once the committed configuration leaves it out. Seeds 22, 23
+ *            and 30 of 1-100 found the meta leader waiting for good to hand over while every
+ *            voter was drained (nodes 1-3 drained to be replaced): it now moves the other
+ *            voters' seats first.
+ *
  * Checks (any failure prints the seed and the last events):
  *   1. at most one leader per term per group (sampled after every event);
  *   2. every node applies indexes in order, and a node's applied command at an index never
@@ -140,6 +154,8 @@
  *      replica of a group has the same range, and the ranges of all groups tile the hash
  *      space (no gap, no overlap). Check 2 compares commands (also MOVED ones and SPLIT
  *      entries), check 4 also the ranges and key versions.
+ *  10. (--seats) the seats settle: the map's members are group 0's replicas, all voters, as
+ *      many as its seats, and no drained node keeps a seat while an ACTIVE node has none.
  * `--inject stale-read|lying-disk|bad-copy|split-no-flush|no-seed|early-promote|early-drop`
  * plants a bug (reads without a barrier, an fsync that lies, an engine snapshot missing its
  * last write, a child started from the parent's last durable state instead of its state
@@ -158,6 +174,8 @@
 
 #include <xxhash.h>
 
+#include "cluster/meta.h"
+#include "cluster/placement.h"
 #include "cluster/raft/raft_host.h"
 
 #define MAX_NODES     6 /* 5 voters + 1 spare with --moves */
@@ -172,7 +190,9 @@
 #define COPY_RETRY_MS 40
 #define COPY_ATTEMPTS 5
 #define COMPACT_GAP   12   /* compact once the durable index is this far past the last point */
-#define MOVE_END_MS   4000 /* --moves: no move starts after this (running ones finish) */
+#define MOVE_END_MS                                                                                \
+    4000                     /* --moves: no move starts after this (running ones finish);          \
+                                --seats: no drain starts or ends after this */
 #define MAX_HOPS      8    /* --splits: a client op follows at most this many MOVED answers */
 #define WRITE_LEN     17   /* --splits write: u8 key | u64 write id | u64 key hash */
 #define SPLIT_MARK    (1ull << 62) /* check 2's record of a SPLIT entry: mark | child id */
@@ -201,6 +221,7 @@ static bool g_rejoin;
 static bool g_learner_says;
 static bool g_splits;
 static bool g_as_stratad;
+static bool g_seats;
 /* --expect-fail "A|B": the run must fail, and every failure's message must contain one of
  * these substrings. A planted bug must be caught by the check meant for it: a run that
  * fails some other way (another check, a crash of the simulator) is not that catch. */
@@ -270,7 +291,9 @@ enum {
     EV_TRANSFER,
     EV_SPLIT,   /* --splits: a SPLIT entry's records are durable on a node: finish it */
     EV_PROPOSE, /* --splits: a leader proposes a split */
-    EV_RESEND   /* --splits: a client sends an op again after a MOVED answer */
+    EV_RESEND,  /* --splits: a client sends an op again after a MOVED answer */
+    EV_SEATS,   /* --seats: a step of the meta group's seats */
+    EV_DRAIN    /* --seats: an operator drains a node, or calls a drain off */
 };
 
 typedef struct {
@@ -515,11 +538,17 @@ typedef struct sim {
     size_t wid_fate_cap;
     uint64_t acked_max_ver[NKEYS], read_max_ver[NKEYS];
     uint64_t split_seq; /* tells EV_SPLIT events of earlier SPLITs apart */
+    /* --seats */
+    bool seats;
+    meta_state *meta;   /* the cluster map: nodes (AZ, host, state) and group 0's seats */
+    bool seat_inflight; /* a configuration change of group 0 is outstanding */
+    uint64_t seat_inflight_since, seat_handover_at;
     /* stats */
     uint64_t events, msgs, acked, reads_ok, crashes, busy, snap_points, compactions, installs,
         install_failures, chunks, moves_done, changes, self_removals, transfers_started,
         transfers_done, transfers_failed, transfers_refused, splits_proposed, splits_done,
-        split_applies, moved, rejoins, compact_alls, seeded, rejoins_started, not_applied;
+        split_applies, moved, rejoins, compact_alls, seeded, rejoins_started, not_applied,
+        seat_steps, seat_promotions, seat_handovers, drains;
 } sim;
 
 static void fail(sim *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -1824,6 +1853,8 @@ static void move_start(sim *s, int back_g, int back)
     int spare[MAX_NODES], nspare = 0, held[MAX_NODES], nheld = 0;
     if (s->splits && (!s->map[g].created || !child_sealed(s, g) || group_incomplete(s, g)))
         return;
+    if (s->seats && g == 0)
+        return; /* group 0's members follow its seats */
     for (int i = 1; i <= s->nnodes; i++) {
         if (s->nodes[i].hosted[g])
             held[nheld++] = i;
@@ -2428,15 +2459,255 @@ static void transfer_try(sim *s)
     s->transfers_started++;
 }
 
+/* ---- the meta group's seats (--seats) ---- */
+
+/* The map changes at once here (stratad commits them in the meta group's log first); a
+ * change the map's rules refuse is a planner bug. */
+static void map_apply(sim *s, const meta_cmd *c, const char *what)
+{
+    strata_err err;
+    if (meta_apply_cmd(s->meta, c, &err) != 0)
+        fail(s, "seats: %s refused by the map: %s", what, err.msg);
+}
+
+/* Nodes 1..n in AZs a, b, c in turn, each on a host of its own, all ACTIVE. */
+static void seats_init(sim *s)
+{
+    static const char *az[] = {"a", "b", "c"};
+    s->meta = meta_new();
+    if (s->meta == NULL) {
+        fail(s, "out of memory");
+        return;
+    }
+    for (int i = 1; i <= s->nnodes; i++) {
+        meta_cmd c = {.kind = META_CMD_NODE_REGISTER, .now_ms = s->now};
+        c.node.id = (uint64_t)i;
+        snprintf(c.node.client_addr, sizeof c.node.client_addr, "n%d:1", i);
+        snprintf(c.node.peer_addr, sizeof c.node.peer_addr, "n%d:2", i);
+        snprintf(c.node.az, sizeof c.node.az, "%s", az[(i - 1) % 3]);
+        snprintf(c.node.host, sizeof c.node.host, "h%d", i);
+        c.node.state = META_NODE_ACTIVE;
+        map_apply(s, &c, "a registration");
+    }
+}
+
+/* EV_DRAIN: an operator drains a random node, or calls its drain off. */
+static void drain_flip(sim *s)
+{
+    uint64_t id = 1 + rnd(&s->rng, (uint64_t)s->nnodes);
+    const meta_node *n = meta_node_find(s->meta, id);
+    meta_cmd c = {.kind = META_CMD_NODE_STATE, .now_ms = s->now, .state_base = n->state};
+    c.node.id = id;
+    c.node.state = n->state == META_NODE_ACTIVE ? META_NODE_DRAINING : META_NODE_ACTIVE;
+    map_apply(s, &c, "a drain");
+    s->drains++;
+}
+
+/* The leader's view of the nodes: up and not frozen. */
+static bool seat_reachable(void *ctx, uint64_t id)
+{
+    sim *s = ctx;
+    return id >= 1 && id <= (uint64_t)s->nnodes && s->nodes[id].up &&
+           s->nodes[id].paused_until <= s->now;
+}
+
+static void seat_change_done(void *data, const raft_host_outcome *o)
+{
+    sim *s = data;
+    (void)o;
+    s->seat_inflight = false;
+}
+
+/* Each node follows the map for its own seat, as stratad's reconcile_meta_seat: a node
+ * the map names joins with an empty replica; one it no longer names drops its replica
+ * once the committed configuration leaves it out. */
+static void seats_reconcile(sim *s, const raft_host_member *cfg, size_t n)
+{
+    const meta_partition *g = meta_group(s->meta);
+    if (g->n_members == 0)
+        return;
+    for (int i = 1; i <= s->nnodes; i++) {
+        node *nd = &s->nodes[i];
+        bool named = meta_partition_has(g, (uint64_t)i, NULL);
+        strata_err err;
+        if (named && !nd->hosted[0]) {
+            nd->hosted[0] = nd->joined[0] = true;
+            if (nd->up && raft_host_join_group(nd->host, 0, nd->fsm[0].applied, &err) != 0)
+                fail(s, "node %d group 0: join: %s", i, err.msg);
+        } else if (!named && nd->hosted[0] && member_role(cfg, n, (uint64_t)i) < 0) {
+            drop_replica(s, nd, 0);
+        }
+    }
+}
+
+/* The one configuration change that brings `m` a step closer to the map's members (add a
+ * learner, promote, remove), as router_cluster.c's next_config. False when they agree. */
+static bool seats_next_config(const meta_partition *g, raft_host_member *m, size_t *n)
+{
+    for (uint32_t k = 0; k < g->n_members; k++)
+        if (member_role(m, *n, g->members[k].node) < 0 && *n < MAX_NODES) {
+            m[(*n)++] = (raft_host_member){g->members[k].node, false};
+            return true;
+        }
+    for (size_t i = 0; i < *n; i++) {
+        meta_role role;
+        if (!m[i].voter && meta_partition_has(g, m[i].id, &role) && role == META_VOTER) {
+            m[i].voter = true;
+            return true;
+        }
+    }
+    for (size_t i = 0; i < *n; i++)
+        if (!meta_partition_has(g, m[i].id, NULL)) {
+            memmove(&m[i], &m[i + 1], (*n - i - 1) * sizeof *m);
+            (*n)--;
+            return true;
+        }
+    return false;
+}
+
+/* The leader of group 0 gives its seat up: leadership goes to a voter the map keeps that
+ * caught up (one try per 100 ms), as stratad's seat_hand_over. */
+static void seats_hand_over(sim *s, int l)
+{
+    const meta_partition *g = meta_group(s->meta);
+    if (s->now < s->seat_handover_at + 100)
+        return;
+    for (uint32_t k = 0; k < g->n_members; k++) {
+        uint64_t v = g->members[k].node;
+        if (v == (uint64_t)l || g->members[k].role != META_VOTER || !seat_reachable(s, v) ||
+            meta_node_find(s->meta, v)->state != META_NODE_ACTIVE ||
+            !raft_host_transfer_ready(s->nodes[l].host, 0, v, 4, NULL))
+            continue;
+        s->seat_handover_at = s->now;
+        transfer_ctx *t = xcalloc(1, sizeof *t);
+        *t = (transfer_ctx){
+            .s = s, .from = &s->nodes[l], .group = 0, .incarnation = s->nodes[l].incarnation};
+        s->transfers_pending++;
+        strata_err err;
+        if (raft_host_transfer(s->nodes[l].host, 0, v, transfer_cb, t, &err) != 0) {
+            s->transfers_pending--;
+            free(t);
+            return;
+        }
+        s->seat_handovers++;
+        return;
+    }
+}
+
+/* Proposes `m` as group 0's configuration on leader l, or hands leadership over first
+ * when `m` leaves l out (as stratad's follow_meta_config). */
+static void seats_follow(sim *s, int l, const raft_host_member *m, size_t n)
+{
+    if (member_role(m, n, (uint64_t)l) < 0) {
+        seats_hand_over(s, l);
+        return;
+    }
+    if (s->seat_inflight && s->now < s->seat_inflight_since + 1000)
+        return;
+    strata_err err;
+    s->seat_inflight = true;
+    s->seat_inflight_since = s->now;
+    s->changes++;
+    if (raft_host_change(s->nodes[l].host, 0, m, n, seat_change_done, s, &err) != 0) {
+        s->seat_inflight = false;
+        if (err.code != ERR_UNAVAILABLE && err.code != ERR_BUSY)
+            fail(s, "group 0: seat change refused: %s", err.msg);
+    }
+}
+
+/* EV_SEATS: group 0 is the meta group. Its configuration follows the map's seats, and
+ * the leader's planner (placement_meta_seats, as stratad's schedule_meta_seats) changes
+ * the seats one step at a time as nodes are drained, drains called off, and nodes crash,
+ * freeze and come back. */
+static void seats_step(sim *s)
+{
+    int l = current_leader(s, 0);
+    raft_host_member m[MAX_NODES + 1];
+    size_t n = 0;
+    bool unc = true;
+    if (l == 0 || raft_host_configuration(s->nodes[l].host, 0, m, MAX_NODES, &n, &unc, NULL) != 0 ||
+        unc || n > MAX_NODES)
+        return;
+    seats_reconcile(s, m, n);
+    const meta_partition *g = meta_group(s->meta);
+    if (g->n_members != 0 && seats_next_config(g, m, &n)) {
+        seats_follow(s, l, m, n);
+        return;
+    }
+    meta_partition config = {.n_members = (uint32_t)n};
+    for (size_t k = 0; k < n; k++)
+        config.members[k] =
+            (meta_replica){.node = m[k].id, .role = m[k].voter ? META_VOTER : META_LEARNER};
+    placement_seat_view v = {.self = (uint64_t)l,
+                             .now_ms = s->now,
+                             .replace_after_ms = UINT64_MAX, /* no node is DOWN in this map */
+                             .reachable = seat_reachable,
+                             .staying = seat_reachable,
+                             .ctx = s};
+    placement_seat_step st = placement_meta_seats(s->meta, &config, &v);
+    if (st.action == PLACEMENT_SEAT_PROBE && learner_says_caught_up(s, (int)st.node, 0)) {
+        st = placement_seat_promote(s->meta, st.node, g->epoch);
+        s->seat_promotions += st.action == PLACEMENT_SEAT_PROPOSE;
+    }
+    if (st.action == PLACEMENT_SEAT_HAND_OVER)
+        seats_hand_over(s, l);
+    if (st.action != PLACEMENT_SEAT_PROPOSE)
+        return;
+    meta_cmd c = {.kind = META_CMD_META_MEMBERS,
+                  .now_ms = s->now,
+                  .epoch = st.epoch,
+                  .seats = st.seats,
+                  .parts = &st.next,
+                  .n_parts = 1};
+    map_apply(s, &c, "a seat step");
+    s->seat_steps++;
+}
+
+/* Check 10 (--seats): the seats settled. The map's members are group 0's replicas, all
+ * voters, as many as its seats; no drained node keeps a seat while an ACTIVE node has
+ * none (any such node is a candidate). */
+static void final_seat_checks(sim *s)
+{
+    const meta_partition *g = meta_group(s->meta);
+    if (g->n_members == 0 || meta_group_seats(s->meta) != (uint32_t)s->nvoters) {
+        fail(s, "seats: never recorded (%u seats)", meta_group_seats(s->meta));
+        return;
+    }
+    uint64_t drained = 0, idle = 0;
+    for (int i = 1; i <= s->nnodes; i++) {
+        meta_role role;
+        bool named = meta_partition_has(g, (uint64_t)i, &role);
+        const meta_node *nd = meta_node_find(s->meta, (uint64_t)i);
+        if (named != s->nodes[i].hosted[0] || (named && role != META_VOTER))
+            fail(s, "seats: node %d is %s in the map but %s group 0", i,
+                 !named               ? "not a member"
+                 : role == META_VOTER ? "a voter"
+                                      : "a learner",
+                 s->nodes[i].hosted[0] ? "hosts" : "does not host");
+        if (named && nd->state != META_NODE_ACTIVE)
+            drained = (uint64_t)i;
+        if (!named && nd->state == META_NODE_ACTIVE)
+            idle = (uint64_t)i;
+    }
+    if (meta_partition_voters(g) != meta_group_seats(s->meta))
+        fail(s, "seats: %u voters for %u seats", meta_partition_voters(g),
+             meta_group_seats(s->meta));
+    if (drained != 0 && idle != 0)
+        fail(s,
+             "seats: drained node %" PRIu64 " keeps its seat; ACTIVE node %" PRIu64
+             " could take it",
+             drained, idle);
+}
+
 /* ---- main loop ---- */
 
 static const char *ev_name(int t)
 {
-    static const char *names[] = {"deliver",    "disk",     "timer",   "client", "fault",
-                                  "heal",       "resume",   "flush",   "copy",   "copy-data",
-                                  "copy-retry", "move",     "transfer", "split", "propose",
-                                  "resend"};
-    return t >= 0 && t <= EV_RESEND ? names[t] : "?";
+    static const char *names[] = {"deliver",    "disk",   "timer",    "client", "fault",
+                                  "heal",       "resume", "flush",    "copy",   "copy-data",
+                                  "copy-retry", "move",   "transfer", "split",  "propose",
+                                  "resend",     "seats",  "drain"};
+    return t >= 0 && t <= EV_DRAIN ? names[t] : "?";
 }
 
 static void record(sim *s, const event *e)
@@ -2448,19 +2719,19 @@ static void record(sim *s, const event *e)
 /* "1 2 3l*" : the node's latest configuration (l = learner, * = uncommitted). */
 static const char *conf_text(const node *nd, int g)
 {
-    static char buf[64];
+    static char text[64];
     raft_host_member m[MAX_NODES];
     size_t n = 0, off = 0;
     bool unc = false;
-    buf[0] = 0;
+    text[0] = 0;
     if (!nd->up || raft_host_configuration(nd->host, (uint64_t)g, m, MAX_NODES, &n, &unc, NULL))
         return "-";
-    for (size_t i = 0; i < n && i < MAX_NODES && off < sizeof buf - 8; i++)
-        off += (size_t)snprintf(buf + off, sizeof buf - off, "%s%" PRIu64 "%s", i ? " " : "",
+    for (size_t i = 0; i < n && i < MAX_NODES && off < sizeof text - 8; i++)
+        off += (size_t)snprintf(text + off, sizeof text - off, "%s%" PRIu64 "%s", i ? " " : "",
                                 m[i].id, m[i].voter ? "" : "l");
-    if (unc && off < sizeof buf - 2)
-        snprintf(buf + off, sizeof buf - off, "*");
-    return buf;
+    if (unc && off < sizeof text - 2)
+        snprintf(text + off, sizeof text - off, "*");
+    return text;
 }
 
 static void print_trace(const sim *s)
@@ -2575,6 +2846,16 @@ static void handle(sim *s, event *e)
     case EV_RESEND:
         op_resend(s, s->ops[e->a]);
         break;
+    case EV_SEATS:
+        seats_step(s);
+        push(s, (event){.time = s->now + 5 + rnd(&s->rng, 20), .type = EV_SEATS});
+        break;
+    case EV_DRAIN:
+        if (s->now >= MOVE_END_MS)
+            break;
+        drain_flip(s);
+        push(s, (event){.time = s->now + 100 + rnd(&s->rng, 400), .type = EV_DRAIN});
+        break;
     case EV_RESUME:
         if (nd->up && e->gen == nd->incarnation) {
             fsm_group *f = &nd->fsm[e->group];
@@ -2618,8 +2899,10 @@ static bool run_seed(uint64_t seed, int nodes_opt, bool verbose)
     s->moves = g_moves || g_rejoin;
     s->rejoin = g_rejoin;
     s->learner_says = g_learner_says;
-    s->nvoters = nodes_opt ? nodes_opt : (seed % 4 == 3 ? 5 : 3);
-    s->nnodes = s->nvoters + (s->moves ? 1 : 0); /* a spare node for replicas to move to */
+    s->seats = g_seats;
+    s->nvoters = s->seats ? 3 : nodes_opt ? nodes_opt : (seed % 4 == 3 ? 5 : 3);
+    /* A spare node for replicas to move to; --seats: a second node in every AZ. */
+    s->nnodes = s->nvoters + (s->seats ? 3 : s->moves ? 1 : 0);
     s->ngroups = 1 + (int)rnd(&s->rng, INIT_GROUPS);
     s->splits = g_splits;
     s->as_stratad = g_as_stratad;
@@ -2658,6 +2941,11 @@ static bool run_seed(uint64_t seed, int nodes_opt, bool verbose)
         push(s, (event){.time = 300 + rnd(&s->rng, 200), .type = EV_TRANSFER});
     if (s->splits)
         push(s, (event){.time = 200 + rnd(&s->rng, 300), .type = EV_PROPOSE});
+    if (s->seats) {
+        seats_init(s);
+        push(s, (event){.time = 100 + rnd(&s->rng, 100), .type = EV_SEATS});
+        push(s, (event){.time = 300 + rnd(&s->rng, 300), .type = EV_DRAIN});
+    }
 
     while (s->nheap > 0 && !s->failed) {
         event e = pop(s);
@@ -2673,6 +2961,8 @@ static bool run_seed(uint64_t seed, int nodes_opt, bool verbose)
     }
     if (!s->failed)
         final_checks(s);
+    if (!s->failed && s->seats)
+        final_seat_checks(s);
     if (!s->failed && s->transfers_pending != 0)
         fail(s, "%" PRIu64 " transfer callbacks never fired", s->transfers_pending);
 
@@ -2701,6 +2991,10 @@ static bool run_seed(uint64_t seed, int nodes_opt, bool verbose)
                s->moves_done, s->changes, s->self_removals, s->rejoins_started,
                s->transfers_started, s->transfers_done, s->transfers_failed, s->transfers_refused,
                s->not_applied);
+        if (s->seats)
+            printf(", seats: %" PRIu64 " drains or drains called off, %" PRIu64 " steps (%" PRIu64
+                   " promotions), %" PRIu64 " hand-overs",
+                   s->drains, s->seat_steps, s->seat_promotions, s->seat_handovers);
         if (s->splits)
             printf(", splits %" PRIu64 " proposed, %" PRIu64 " made (%" PRIu64
                    " applied on replicas, %" PRIu64 " children joined from the map, %" PRIu64
@@ -2758,6 +3052,7 @@ static bool run_seed(uint64_t seed, int nodes_opt, bool verbose)
         free(s->hist[k]);
     free(s->wid_at);
     free(s->wid_fate);
+    meta_free(s->meta);
     free(s);
     return ok;
 }
@@ -2767,7 +3062,7 @@ static void usage(void)
     fprintf(
         stderr,
         "usage: sim (--seed N | --seeds A-B) [--nodes 3|5] [--moves] [--rejoin] "
-        "[--learner-says] [--transfers] [--splits [--as-stratad]] "
+        "[--learner-says] [--transfers] [--splits [--as-stratad]] [--seats] "
         "[--inject stale-read|lying-disk|bad-copy|split-no-flush|no-seed|early-promote|early-drop] "
         "[--expect-fail 'MESSAGE|...'] [-v]\n");
     exit(2);
@@ -2821,6 +3116,8 @@ int main(int argc, char **argv)
             g_splits = true;
         } else if (strcmp(argv[i], "--as-stratad") == 0) {
             g_as_stratad = true;
+        } else if (strcmp(argv[i], "--seats") == 0) {
+            g_seats = true;
         } else if (strcmp(argv[i], "--expect-fail") == 0 && i + 1 < argc) {
             if (!parse_expect(argv[++i]))
                 usage();
@@ -2830,6 +3127,8 @@ int main(int argc, char **argv)
             usage();
         }
     }
+    if (g_seats && (g_splits || nodes == 5))
+        usage(); /* group 0 would split; the seats are three */
     uint64_t failures = 0;
     for (uint64_t seed = a; seed <= b; seed++)
         if (!run_seed(seed, nodes, verbose))

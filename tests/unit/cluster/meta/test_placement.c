@@ -1348,6 +1348,46 @@ static void test_seats_candidate_prefers_a_new_az(void **state)
     meta_free(s);
 }
 
+/* Every voter drained (nodes 1-3, to be replaced by 4-6): the leader cannot hand over to
+ * a voter that stays, so the other voters' seats move first; once one stays, the leader
+ * hands over, and the new leader moves the old one's seat. */
+static void test_seats_all_voters_drained(void **state)
+{
+    (void)state;
+    seat_world w;
+    placement_seat_view v;
+    meta_partition cfg;
+    meta_state *s = seated(6, &w, &v, &cfg); /* 1a 2b 3c 4a 5b 6c */
+    for (uint64_t i = 1; i <= 3; i++)
+        set_state(s, i, META_NODE_DRAINING, 2000);
+    placement_seat_step st = placement_meta_seats(s, &cfg, &v);
+    assert_int_equal(st.reason, PLACEMENT_SEAT_TAKE);
+    assert_int_equal(st.node, 4); /* no voter stays: every AZ is new, the lowest id */
+    apply_seat(s, st);
+    apply_seat(s, placement_seat_promote(s, 4, meta_group(s)->epoch));
+    /* Node 4 stays: the leader hands over to it... */
+    cfg = config_of((const uint64_t[]){1, 2, 3, 4, 0}, NULL);
+    assert_int_equal(placement_meta_seats(s, &cfg, &v).action, PLACEMENT_SEAT_HAND_OVER);
+    /* ... unless it is stopping: then another leaving voter's seat goes. */
+    w.stopping = 1u << 4;
+    st = placement_meta_seats(s, &cfg, &v);
+    assert_int_equal(st.reason, PLACEMENT_SEAT_GIVE_UP);
+    assert_int_equal(st.node, 2);
+    w.stopping = 0;
+    /* Led by node 4, the old leader's seat goes, then the others move. */
+    placement_seat_view v4 = seat_view_of(4, 1000, &w);
+    st = placement_meta_seats(s, &cfg, &v4);
+    assert_int_equal(st.reason, PLACEMENT_SEAT_GIVE_UP);
+    assert_int_equal(st.node, 1);
+    apply_seat(s, st);
+    cfg = config_of((const uint64_t[]){2, 3, 4, 0}, NULL);
+    st = placement_meta_seats(s, &cfg, &v4);
+    assert_int_equal(st.reason, PLACEMENT_SEAT_TAKE);
+    assert_int_equal(st.node, 5); /* AZ a is node 4's: b and c are new, the lowest id */
+    apply_seat(s, st);
+    meta_free(s);
+}
+
 /* DOWN gives a seat up only past replace_after; a learner on a node no longer ACTIVE is
  * dropped; a leaving leader hands over; with nobody to take a seat, only a REMOVED voter
  * goes. */
@@ -1420,6 +1460,7 @@ int main(void)
         cmocka_unit_test(test_seats_move_off_a_drained_voter),
         cmocka_unit_test(test_seats_extra_voter),
         cmocka_unit_test(test_seats_candidate_prefers_a_new_az),
+        cmocka_unit_test(test_seats_all_voters_drained),
         cmocka_unit_test(test_seats_down_removed_and_leader),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
