@@ -3688,17 +3688,21 @@ static void seat_promote(rcluster *c, uint64_t node, uint64_t epoch)
         seat_propose(c, &st);
 }
 
-/* This meta leader gives its seat up: leadership goes to a staying voter that caught up
- * (one try per SEAT_TRANSFER_MS). */
+/* This meta leader gives its seat up: leadership goes to a voter that caught up (one try
+ * per SEAT_TRANSFER_MS). While the map names this node, to one whose node stays (not
+ * drained: else the two would hand it back and forth); once the map no longer does (its
+ * removal is the configuration change to make), to any voter the map keeps, drained or
+ * not (with every node drained, none stays, and the change would wait for good). */
 static void seat_hand_over(rcluster *c, const meta_partition *g)
 {
     uint64_t now = now_ms(c);
     if (c->seat_transfer_at != 0 && now - c->seat_transfer_at < SEAT_TRANSFER_MS)
         return;
+    bool named = meta_partition_has(g, c->self, NULL);
     for (uint32_t k = 0; k < g->n_members; k++) {
         uint64_t v = g->members[k].node;
         if (v == c->self || g->members[k].role != META_VOTER ||
-            seat_leaving(c, meta_node_find(c->meta, v)) || !node_staying(c, v) ||
+            (named && seat_leaving(c, meta_node_find(c->meta, v))) || !node_staying(c, v) ||
             !raft_host_transfer_ready(c->host, META_GROUP, v, TRANSFER_MAX_LAG, NULL))
             continue;
         c->seat_transfer_at = now;

@@ -111,7 +111,7 @@
  *
  *   seats:   (--seats) group 0 is the meta group, its members the map's seats (cluster/
  *            placement.h, placement_meta_seats, as stratad's schedule_meta_seats plans
- *            them): six nodes, two in each of three AZs; every 100-500 ms until 4 s an
+ *            them): six nodes, two in each of three AZs; every 100-500 ms until 3 s an
  *            operator drains a random node or calls its drain off (the map, global here,
  *            changes at once; stratad commits it in the meta log first). The leader plans
  *            the next seat step against its committed configuration (a learner on the best
@@ -121,7 +121,9 @@
  *            drops its replica once the committed configuration leaves it out. Seeds 22, 23
  *            and 30 of 1-100 found the meta leader waiting for good to hand over while every
  *            voter was drained (nodes 1-3 drained to be replaced): it now moves the other
- *            voters' seats first.
+ *            voters' seats first. Seeds 2483, 3422 and 10170 of 1-20000 found a leader the
+ *            map had taken out waiting for good to hand over to a voter whose node was not
+ *            drained, with every node drained: it now hands over to any voter the map keeps.
  *
  * Checks (any failure prints the seed and the last events):
  *   1. at most one leader per term per group (sampled after every event);
@@ -190,9 +192,7 @@
 #define COPY_RETRY_MS 40
 #define COPY_ATTEMPTS 5
 #define COMPACT_GAP   12   /* compact once the durable index is this far past the last point */
-#define MOVE_END_MS                                                                                \
-    4000                     /* --moves: no move starts after this (running ones finish);          \
-                                --seats: no drain starts or ends after this */
+#define MOVE_END_MS   4000 /* --moves: no move starts after this (running ones finish) */
 #define MAX_HOPS      8    /* --splits: a client op follows at most this many MOVED answers */
 #define WRITE_LEN     17   /* --splits write: u8 key | u64 write id | u64 key hash */
 #define SPLIT_MARK    (1ull << 62) /* check 2's record of a SPLIT entry: mark | child id */
@@ -2532,6 +2532,8 @@ static void seats_reconcile(sim *s, const raft_host_member *cfg, size_t n)
         strata_err err;
         if (named && !nd->hosted[0]) {
             nd->hosted[0] = nd->joined[0] = true;
+            nd->fsm[0].lo = nd->dur[0].lo = s->map[0].lo; /* a dropped replica forgot it */
+            nd->fsm[0].hi = nd->dur[0].hi = s->map[0].hi;
             if (nd->up && raft_host_join_group(nd->host, 0, nd->fsm[0].applied, &err) != 0)
                 fail(s, "node %d group 0: join: %s", i, err.msg);
         } else if (!named && nd->hosted[0] && member_role(cfg, n, (uint64_t)i) < 0) {
@@ -2565,17 +2567,19 @@ static bool seats_next_config(const meta_partition *g, raft_host_member *m, size
     return false;
 }
 
-/* The leader of group 0 gives its seat up: leadership goes to a voter the map keeps that
- * caught up (one try per 100 ms), as stratad's seat_hand_over. */
+/* The leader of group 0 gives its seat up: leadership goes to a voter that caught up (one
+ * try per 100 ms), as stratad's seat_hand_over: while the map names the leader, one whose
+ * node is ACTIVE; once it does not, any the map keeps. */
 static void seats_hand_over(sim *s, int l)
 {
     const meta_partition *g = meta_group(s->meta);
     if (s->now < s->seat_handover_at + 100)
         return;
+    bool named = meta_partition_has(g, (uint64_t)l, NULL);
     for (uint32_t k = 0; k < g->n_members; k++) {
         uint64_t v = g->members[k].node;
         if (v == (uint64_t)l || g->members[k].role != META_VOTER || !seat_reachable(s, v) ||
-            meta_node_find(s->meta, v)->state != META_NODE_ACTIVE ||
+            (named && meta_node_find(s->meta, v)->state != META_NODE_ACTIVE) ||
             !raft_host_transfer_ready(s->nodes[l].host, 0, v, 4, NULL))
             continue;
         s->seat_handover_at = s->now;
@@ -2851,8 +2855,8 @@ static void handle(sim *s, event *e)
         push(s, (event){.time = s->now + 5 + rnd(&s->rng, 20), .type = EV_SEATS});
         break;
     case EV_DRAIN:
-        if (s->now >= MOVE_END_MS)
-            break;
+        if (s->now >= FAULT_END_MS)
+            break; /* the seats have 3 s to settle: a move is a copy of the group's state */
         drain_flip(s);
         push(s, (event){.time = s->now + 100 + rnd(&s->rng, 400), .type = EV_DRAIN});
         break;
