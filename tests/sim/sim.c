@@ -113,16 +113,18 @@
  *            placement.h, placement_meta_seats, as stratad's schedule_meta_seats plans
  *            them): six nodes, two in each of three AZs; every 100-500 ms until 3 s an
  *            operator drains a random node or calls its drain off (the map, global here,
- *            changes at once; stratad commits it in the meta log first). The leader plans
+ *            changes at once; stratad commits it in the meta log first), and the leader
+ *            marks a node unreachable for 200 ms DOWN (its seat goes after 300 ms more) and
+ *            ACTIVE again once it answers, as stratad's liveness does. The leader plans
  *            the next seat step against its committed configuration (a learner on the best
  *            ACTIVE node, probed and promoted on its own word, the leaving voter removed, the
  *            leader handing over when its own node is drained) and makes the configuration
  *            follow the map; a node the map names joins empty, and one it no longer names
- *            drops its replica once the committed configuration leaves it out. Seeds 22, 23
- *            and 30 of 1-100 found the meta leader waiting for good to hand over while every
- *            voter was drained (nodes 1-3 drained to be replaced): it now moves the other
- *            voters' seats first. Seeds 2483, 3422 and 10170 of 1-20000 found a leader the
- *            map had taken out waiting for good to hand over to a voter whose node was not
+ *            drops its replica once the committed configuration leaves it out. Before the
+ *            DOWN marks were modelled (other draws), seeds 22, 23 and 30 of 1-100 found the meta
+ * leader waiting for good to hand over while every voter was drained (nodes 1-3 drained to be
+ * replaced): it now moves the other voters' seats first. Seeds 2483, 3422 and 10170 of 1-20000
+ * found a leader the map had taken out waiting for good to hand over to a voter whose node was not
  *            drained, with every node drained: it now hands over to any voter the map keeps.
  *
  * Checks (any failure prints the seed and the last events):
@@ -189,6 +191,8 @@
 #define SIM_END_MS    6000
 #define TRACE_LEN     48
 #define COPY_CHUNK    16 /* indexes per snapshot chunk */
+#define SEAT_DOWN_MS    200 /* --seats: an ACTIVE node unreachable this long is marked DOWN */
+#define SEAT_REPLACE_MS 300 /* --seats: a voter DOWN this long gives its seat up */
 #define COPY_RETRY_MS 40
 #define COPY_ATTEMPTS 5
 #define COMPACT_GAP   12   /* compact once the durable index is this far past the last point */
@@ -543,12 +547,13 @@ typedef struct sim {
     meta_state *meta;   /* the cluster map: nodes (AZ, host, state) and group 0's seats */
     bool seat_inflight; /* a configuration change of group 0 is outstanding */
     uint64_t seat_inflight_since, seat_handover_at;
+    uint64_t unreachable_since[MAX_NODES + 1]; /* as the leader marks nodes DOWN (0: seen) */
     /* stats */
     uint64_t events, msgs, acked, reads_ok, crashes, busy, snap_points, compactions, installs,
         install_failures, chunks, moves_done, changes, self_removals, transfers_started,
         transfers_done, transfers_failed, transfers_refused, splits_proposed, splits_done,
         split_applies, moved, rejoins, compact_alls, seeded, rejoins_started, not_applied,
-        seat_steps, seat_promotions, seat_handovers, drains;
+        seat_steps, seat_promotions, seat_handovers, drains, marks;
 } sim;
 
 static void fail(sim *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -2491,14 +2496,15 @@ static void seats_init(sim *s)
     }
 }
 
-/* EV_DRAIN: an operator drains a random node, or calls its drain off. */
+/* EV_DRAIN: an operator drains a random node (ACTIVE or DOWN), or calls its drain off
+ * (an operator's command names no base state). */
 static void drain_flip(sim *s)
 {
     uint64_t id = 1 + rnd(&s->rng, (uint64_t)s->nnodes);
     const meta_node *n = meta_node_find(s->meta, id);
-    meta_cmd c = {.kind = META_CMD_NODE_STATE, .now_ms = s->now, .state_base = n->state};
+    meta_cmd c = {.kind = META_CMD_NODE_STATE, .now_ms = s->now};
     c.node.id = id;
-    c.node.state = n->state == META_NODE_ACTIVE ? META_NODE_DRAINING : META_NODE_ACTIVE;
+    c.node.state = n->state == META_NODE_DRAINING ? META_NODE_ACTIVE : META_NODE_DRAINING;
     map_apply(s, &c, "a drain");
     s->drains++;
 }
@@ -2619,6 +2625,36 @@ static void seats_follow(sim *s, int l, const raft_host_member *m, size_t n)
     }
 }
 
+/* The leader's liveness marks, as stratad's schedule_liveness (one per step): an ACTIVE
+ * node unreachable for SEAT_DOWN_MS is marked DOWN, a DOWN one reachable again ACTIVE, each
+ * planned from the state it saw. True when it marked one. */
+static bool seats_liveness(sim *s, int l)
+{
+    for (int i = 1; i <= s->nnodes; i++) {
+        bool up = seat_reachable(s, (uint64_t)i);
+        if (up || i == l)
+            s->unreachable_since[i] = 0;
+        else if (s->unreachable_since[i] == 0)
+            s->unreachable_since[i] = s->now;
+        const meta_node *nd = meta_node_find(s->meta, (uint64_t)i);
+        meta_node_state want = nd->state;
+        if (nd->state == META_NODE_ACTIVE && s->unreachable_since[i] != 0 &&
+            s->now - s->unreachable_since[i] >= SEAT_DOWN_MS)
+            want = META_NODE_DOWN;
+        else if (nd->state == META_NODE_DOWN && up)
+            want = META_NODE_ACTIVE;
+        if (want == nd->state)
+            continue;
+        meta_cmd c = {.kind = META_CMD_NODE_STATE, .now_ms = s->now, .state_base = nd->state};
+        c.node.id = (uint64_t)i;
+        c.node.state = want;
+        map_apply(s, &c, "a liveness mark");
+        s->marks++;
+        return true;
+    }
+    return false;
+}
+
 /* EV_SEATS: group 0 is the meta group. Its configuration follows the map's seats, and
  * the leader's planner (placement_meta_seats, as stratad's schedule_meta_seats) changes
  * the seats one step at a time as nodes are drained, drains called off, and nodes crash,
@@ -2634,6 +2670,8 @@ static void seats_step(sim *s)
         return;
     seats_reconcile(s, m, n);
     const meta_partition *g = meta_group(s->meta);
+    if (seats_liveness(s, l))
+        return;
     if (g->n_members != 0 && seats_next_config(g, m, &n)) {
         seats_follow(s, l, m, n);
         return;
@@ -2644,7 +2682,7 @@ static void seats_step(sim *s)
             (meta_replica){.node = m[k].id, .role = m[k].voter ? META_VOTER : META_LEARNER};
     placement_seat_view v = {.self = (uint64_t)l,
                              .now_ms = s->now,
-                             .replace_after_ms = UINT64_MAX, /* no node is DOWN in this map */
+                             .replace_after_ms = SEAT_REPLACE_MS,
                              .reachable = seat_reachable,
                              .staying = seat_reachable,
                              .ctx = s};
@@ -2996,9 +3034,10 @@ static bool run_seed(uint64_t seed, int nodes_opt, bool verbose)
                s->transfers_started, s->transfers_done, s->transfers_failed, s->transfers_refused,
                s->not_applied);
         if (s->seats)
-            printf(", seats: %" PRIu64 " drains or drains called off, %" PRIu64 " steps (%" PRIu64
-                   " promotions), %" PRIu64 " hand-overs",
-                   s->drains, s->seat_steps, s->seat_promotions, s->seat_handovers);
+            printf(", seats: %" PRIu64 " drains or drains called off, %" PRIu64
+                   " DOWN or back marks, %" PRIu64 " steps (%" PRIu64 " promotions), %" PRIu64
+                   " hand-overs",
+                   s->drains, s->marks, s->seat_steps, s->seat_promotions, s->seat_handovers);
         if (s->splits)
             printf(", splits %" PRIu64 " proposed, %" PRIu64 " made (%" PRIu64
                    " applied on replicas, %" PRIu64 " children joined from the map, %" PRIu64
