@@ -111,7 +111,8 @@
  *
  *   seats:   (--seats) group 0 is the meta group, its members the map's seats (cluster/
  *            placement.h, placement_meta_seats, as stratad's schedule_meta_seats plans
- *            them): six nodes, two in each of three AZs; every 100-500 ms until 3 s an
+ *            them): three seats and six nodes, two in each of three AZs (--nodes 5: five
+ *            seats, eight nodes); every 100-500 ms until 3 s an
  *            operator drains a random node or calls its drain off (the map, global here,
  *            changes at once; stratad commits it in the meta log first), and the leader
  *            marks a node unreachable for 200 ms DOWN (its seat goes after 300 ms more) and
@@ -182,7 +183,7 @@
 #include "cluster/placement.h"
 #include "cluster/raft/raft_host.h"
 
-#define MAX_NODES     6 /* 5 voters + 1 spare with --moves */
+#define MAX_NODES       8 /* 5 voters + 1 spare with --moves, + 3 with --seats */
 #define INIT_GROUPS   3  /* groups at start: 1..3 */
 #define MAX_GROUPS    16 /* --splits: children take ids up to this bound */
 #define NKEYS         16 /* bound; 4 keys without --splits, 16 spread over the hash space with */
@@ -2942,7 +2943,7 @@ static bool run_seed(uint64_t seed, int nodes_opt, bool verbose)
     s->rejoin = g_rejoin;
     s->learner_says = g_learner_says;
     s->seats = g_seats;
-    s->nvoters = s->seats ? 3 : nodes_opt ? nodes_opt : (seed % 4 == 3 ? 5 : 3);
+    s->nvoters = nodes_opt ? nodes_opt : s->seats ? 3 : (seed % 4 == 3 ? 5 : 3);
     /* A spare node for replicas to move to; --seats: a second node in every AZ. */
     s->nnodes = s->nvoters + (s->seats ? 3 : s->moves ? 1 : 0);
     s->ngroups = 1 + (int)rnd(&s->rng, INIT_GROUPS);
@@ -3170,8 +3171,8 @@ int main(int argc, char **argv)
             usage();
         }
     }
-    if (g_seats && (g_splits || nodes == 5))
-        usage(); /* group 0 would split; the seats are three */
+    if (g_seats && g_splits)
+        usage(); /* group 0 would split */
     uint64_t failures = 0;
     for (uint64_t seed = a; seed <= b; seed++)
         if (!run_seed(seed, nodes, verbose))
