@@ -61,8 +61,9 @@ def steps(cl, cli):
     for n in OLD:
         S.strata(cli, cl, 4, "node", "drain", str(n))
     S.poll(lambda: S.settled(cl, OLD + NEW, set(NEW)), "seats 4, 5, 6")
-    S.poll(lambda: not any(set(OLD) & set(p["members"]) for p in cl.admin(4)["partitions"]),
-           "nodes 1-3 drained of partition replicas", 120)
+    S.poll(lambda: (lambda a: a is not None and not any(
+        set(OLD) & set(p["members"]) for p in a["partitions"]))(cl.admin(4)),
+        "nodes 1-3 drained of partition replicas", 120)
     handed = "this node gives its seat up"
     assert any(cl.said(n, handed) for n in OLD), "no drained meta leader handed over"
 
