@@ -1077,20 +1077,38 @@ static placement_seat_step seat_record_first(const meta_state *s, const meta_par
     return seat_propose(PLACEMENT_SEAT_RECORD, 0, &g, 0, voters >= 4 ? 5 : voters >= 2 ? 3 : 1);
 }
 
-/* Whether the configuration still has to follow the map: a member to add, a learner to
- * promote or a member to remove (the changes the caller makes, one at a time). */
+bool placement_config_next(const meta_partition *g, meta_partition *config)
+{
+    for (uint32_t k = 0; k < g->n_members; k++) /* add */
+        if (!meta_partition_has(config, g->members[k].node, NULL) &&
+            config->n_members < META_MAX_MEMBERS) {
+            config->members[config->n_members++] =
+                (meta_replica){.node = g->members[k].node, .role = META_LEARNER};
+            return true;
+        }
+    for (uint32_t k = 0; k < config->n_members; k++) { /* promote */
+        meta_role role;
+        if (config->members[k].role == META_LEARNER &&
+            meta_partition_has(g, config->members[k].node, &role) && role == META_VOTER) {
+            config->members[k].role = META_VOTER;
+            return true;
+        }
+    }
+    for (uint32_t k = 0; k < config->n_members; k++) /* remove */
+        if (!meta_partition_has(g, config->members[k].node, NULL)) {
+            memmove(&config->members[k], &config->members[k + 1],
+                    (config->n_members - k - 1) * sizeof *config->members);
+            config->n_members--;
+            return true;
+        }
+    return false;
+}
+
+/* Whether the configuration still has to follow the map (the caller's changes first). */
 static bool config_lags(const meta_partition *g, const meta_partition *config)
 {
-    for (uint32_t k = 0; k < g->n_members; k++)
-        if (!meta_partition_has(config, g->members[k].node, NULL))
-            return true;
-    for (uint32_t k = 0; k < config->n_members; k++) {
-        meta_role role;
-        if (!meta_partition_has(g, config->members[k].node, &role) ||
-            (config->members[k].role == META_LEARNER && role == META_VOTER))
-            return true;
-    }
-    return false;
+    meta_partition next = *config;
+    return placement_config_next(g, &next);
 }
 
 /* The node that should take a seat (see placement.h), 0 if none. */

@@ -227,6 +227,12 @@ bool placement_seat_leaving(const placement_seat_view *v, const meta_node *n);
 placement_seat_step placement_meta_seats(const meta_state *s, const meta_partition *config,
                                          const placement_seat_view *v);
 
+/* The one change that brings a group's configuration `config` (members with roles, in any
+ * order) a step closer to the map's members `g`: add a missing member as a learner (at the
+ * end), else promote a learner the map makes a voter, else remove a member the map lacks.
+ * False, `config` unchanged, when they agree. */
+bool placement_config_next(const meta_partition *g, meta_partition *config);
+
 /* After a PROBE at the group's `epoch` found learner `node` caught up: the PROPOSE that
  * makes it a voter, or WAIT if the map changed since (another epoch, not a learner). */
 placement_seat_step placement_seat_promote(const meta_state *s, uint64_t node, uint64_t epoch);

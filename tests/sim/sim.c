@@ -1106,19 +1106,22 @@ static int apply_meta(sim *s, node *nd, uint64_t index, const uint8_t *rec, size
     if (m == NULL)
         return 0;
     strata_err err;
+    meta_cmd c;
+    if (meta_decode(rec, len, &c, &err) != 0) {
+        fail(s, "node %d: META entry at %" PRIu64 ": %s", nd->id, index, err.msg);
+        meta_free(m);
+        return 0;
+    }
     /* Only an operator ends a drain: a liveness mark (it names the state it was planned
      * from) that lands after a drain must be refused. */
-    meta_cmd c;
-    uint64_t drained = 0; /* the node a liveness mark names, while it is DRAINING */
-    if (meta_decode(rec, len, &c, &err) == 0) {
-        const meta_node *was = meta_node_find(m, c.node.id);
-        if (c.kind == META_CMD_NODE_STATE && c.state_base != 0 && was != NULL &&
-            was->state == META_NODE_DRAINING)
-            drained = c.node.id;
-        meta_cmd_free(&c);
-    }
-    if (meta_apply(m, rec, len, &err) != 0 && (err.code == ERR_CORRUPT || err.code == ERR_NOMEM))
+    const meta_node *was = meta_node_find(m, c.node.id);
+    uint64_t drained = c.kind == META_CMD_NODE_STATE && c.state_base != 0 && was != NULL &&
+                               was->state == META_NODE_DRAINING
+                           ? c.node.id
+                           : 0;
+    if (meta_apply_cmd(m, &c, &err) != 0 && err.code == ERR_NOMEM)
         fail(s, "node %d: META entry at %" PRIu64 ": %s", nd->id, index, err.msg);
+    meta_cmd_free(&c);
     if (drained != 0 && meta_node_find(m, drained)->state != META_NODE_DRAINING)
         fail(s, "node %d: a liveness mark at %" PRIu64 " ended node %" PRIu64 "'s drain", nd->id,
              index, drained);
@@ -1127,10 +1130,8 @@ static int apply_meta(sim *s, node *nd, uint64_t index, const uint8_t *rec, size
     if (meta_state_encode(m, &b, &err) != 0)
         fail(s, "node %d: map encode: %s", nd->id, err.msg);
     free(f->map);
-    f->map = xcalloc(b.len, 1);
-    memcpy(f->map, b.data, b.len);
+    f->map = b.data; /* the map keeps the encoding's buffer */
     f->map_len = b.len;
-    buf_free(&b);
     meta_free(m);
     record_index(s, nd, 0, index, META_MARK | (XXH3_64bits(rec, len) & 0xFFFFFFFFFFull));
     return 0;
@@ -2681,31 +2682,6 @@ static void seats_reconcile(sim *s, const raft_host_member *cfg, size_t n)
     }
 }
 
-/* The one configuration change that brings `m` a step closer to the map's members (add a
- * learner, promote, remove), as router_cluster.c's next_config. False when they agree. */
-static bool seats_next_config(const meta_partition *g, raft_host_member *m, size_t *n)
-{
-    for (uint32_t k = 0; k < g->n_members; k++)
-        if (member_role(m, *n, g->members[k].node) < 0 && *n < MAX_NODES) {
-            m[(*n)++] = (raft_host_member){g->members[k].node, false};
-            return true;
-        }
-    for (size_t i = 0; i < *n; i++) {
-        meta_role role;
-        if (!m[i].voter && meta_partition_has(g, m[i].id, &role) && role == META_VOTER) {
-            m[i].voter = true;
-            return true;
-        }
-    }
-    for (size_t i = 0; i < *n; i++)
-        if (!meta_partition_has(g, m[i].id, NULL)) {
-            memmove(&m[i], &m[i + 1], (*n - i - 1) * sizeof *m);
-            (*n)--;
-            return true;
-        }
-    return false;
-}
-
 /* The leader of group 0 gives its seat up: leadership goes to a voter that caught up (one
  * try per 100 ms), as stratad's seat_hand_over: while the map names the leader, one whose
  * node is ACTIVE; once it does not, any the map keeps. */
@@ -2806,14 +2782,17 @@ static void seats_step(sim *s)
     bool busy = s->meta_inflight && s->now < s->meta_inflight_since + 1000;
     if (busy || seats_register(s, l) || seats_liveness(s, l))
         return;
-    if (g->n_members != 0 && seats_next_config(g, m, &n)) {
-        seats_follow(s, l, m, n);
-        return;
-    }
     meta_partition config = {.n_members = (uint32_t)n};
     for (size_t k = 0; k < n; k++)
         config.members[k] =
             (meta_replica){.node = m[k].id, .role = m[k].voter ? META_VOTER : META_LEARNER};
+    meta_partition next = config;
+    if (g->n_members != 0 && placement_config_next(g, &next)) { /* as stratad's next_config */
+        for (uint32_t k = 0; k < next.n_members; k++)
+            m[k] = (raft_host_member){next.members[k].node, next.members[k].role == META_VOTER};
+        seats_follow(s, l, m, next.n_members);
+        return;
+    }
     placement_seat_view v = {.self = (uint64_t)l,
                              .now_ms = s->now,
                              .replace_after_ms = SEAT_REPLACE_MS,

@@ -1348,6 +1348,27 @@ static void test_seats_candidate_prefers_a_new_az(void **state)
     meta_free(s);
 }
 
+/* The configuration follows the map one change at a time: add (a learner), promote,
+ * remove, in that order; nothing once they agree. */
+static void test_config_next(void **state)
+{
+    (void)state;
+    meta_partition map = config_of((const uint64_t[]){1, 2, 4, 0}, (const uint64_t[]){5, 0});
+    meta_partition cfg = config_of((const uint64_t[]){1, 2, 3, 0}, (const uint64_t[]){4, 0});
+    assert_true(placement_config_next(&map, &cfg)); /* 5 added as a learner */
+    assert_int_equal(cfg.n_members, 5);
+    assert_int_equal(cfg.members[4].node, 5);
+    assert_int_equal(cfg.members[4].role, META_LEARNER);
+    assert_true(placement_config_next(&map, &cfg)); /* 4 promoted */
+    assert_int_equal(cfg.members[3].role, META_VOTER);
+    assert_true(placement_config_next(&map, &cfg)); /* 3 removed */
+    assert_int_equal(cfg.n_members, 4);
+    assert_false(meta_partition_has(&cfg, 3, NULL));
+    meta_partition same = cfg;
+    assert_false(placement_config_next(&map, &cfg));
+    assert_memory_equal(&same, &cfg, sizeof cfg);
+}
+
 /* Every voter drained (nodes 1-3, to be replaced by 4-6): the leader cannot hand over to
  * a voter that stays, so the other voters' seats move first; once one stays, the leader
  * hands over, and the new leader moves the old one's seat. */
@@ -1461,6 +1482,7 @@ int main(void)
         cmocka_unit_test(test_seats_extra_voter),
         cmocka_unit_test(test_seats_candidate_prefers_a_new_az),
         cmocka_unit_test(test_seats_all_voters_drained),
+        cmocka_unit_test(test_config_next),
         cmocka_unit_test(test_seats_down_removed_and_leader),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
