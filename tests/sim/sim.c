@@ -2826,8 +2826,10 @@ static void final_seat_checks(sim *s)
     int r = 1;
     while (r < s->nnodes && !s->nodes[r].hosted[0])
         r++;
-    if (!map_of(s, r))
+    if (!map_of(s, r)) {
+        fail(s, "seats: no replica of group 0 to read the map from");
         return;
+    }
     const meta_partition *g = meta_group(s->meta);
     if (g->n_members == 0 || meta_group_seats(s->meta) != (uint32_t)s->nvoters) {
         fail(s, "seats: never recorded (%u seats)", meta_group_seats(s->meta));
