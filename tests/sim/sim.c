@@ -439,14 +439,18 @@ typedef struct {
  * until it caught up (raft_host_member_match), promote it, remove `from`, then (a little
  * later, so the removed replica lingers) stop and drop the replica on `from`. */
 enum { MV_IDLE, MV_ADD, MV_CATCH_UP, MV_PROMOTE, MV_REMOVE, MV_DROP };
+/* A configuration change proposed one at a time (propose_change). */
+typedef struct {
+    bool inflight; /* a raft_host_change callback is outstanding */
+    uint64_t since;
+} change_slot;
 static const char *const mv_phase_name[] = {"idle", "add", "catch-up", "promote", "remove", "drop"};
 
 typedef struct {
     int phase;
     int group, from, to;
     uint64_t drop_at;
-    bool inflight; /* a raft_host_change callback is outstanding */
-    uint64_t inflight_since;
+    change_slot change;
     bool dropped_early; /* --inject early-drop: `from` was dropped before its removal */
 } mover;
 
@@ -563,10 +567,10 @@ typedef struct sim {
     /* --seats */
     bool seats;
     meta_state *meta;   /* the cluster map as a replica of group 0 has it (map_of) */
-    bool seat_inflight; /* a configuration change of group 0 is outstanding */
+    change_slot seat_change; /* group 0's configuration following the map */
     bool meta_inflight; /* a change of the map by the leader is outstanding */
     uint64_t meta_inflight_since;
-    uint64_t seat_inflight_since, seat_handover_at;
+    uint64_t seat_handover_at;
     uint64_t unreachable_since[MAX_NODES + 1]; /* as the leader marks nodes DOWN (0: seen) */
     /* stats */
     uint64_t events, msgs, acked, reads_ok, crashes, busy, snap_points, compactions, installs,
@@ -1917,29 +1921,35 @@ static bool group_incomplete(sim *s, int g)
     return false;
 }
 
-static void move_done_cb(void *data, const raft_host_outcome *o)
+static void change_done(void *data, const raft_host_outcome *o)
 {
-    sim *s = data;
+    change_slot *slot = data;
     (void)o;
-    s->mv.inflight = false;
+    slot->inflight = false;
+}
+
+/* Proposes `m` as group g's configuration on `leader`, unless `slot` has a change
+ * outstanding (for less than a second: a lost callback does not stop the mover). */
+static void propose_change(sim *s, change_slot *slot, int leader, int g,
+                           const raft_host_member *m, size_t n)
+{
+    if (slot->inflight && s->now < slot->since + 1000)
+        return;
+    strata_err err;
+    slot->inflight = true;
+    slot->since = s->now;
+    s->changes++;
+    if (raft_host_change(s->nodes[leader].host, (uint64_t)g, m, n, change_done, slot, &err) != 0) {
+        slot->inflight = false;
+        if (err.code != ERR_UNAVAILABLE && err.code != ERR_BUSY)
+            fail(s, "group %d: change refused: %s", g, err.msg);
+    }
 }
 
 /* Proposes `m` on the leader unless a change is outstanding. */
 static void move_propose(sim *s, int leader, const raft_host_member *m, size_t n)
 {
-    mover *mv = &s->mv;
-    if (mv->inflight && s->now < mv->inflight_since + 1000)
-        return;
-    strata_err err;
-    mv->inflight = true;
-    mv->inflight_since = s->now;
-    s->changes++;
-    if (raft_host_change(s->nodes[leader].host, (uint64_t)mv->group, m, n, move_done_cb, s, &err) !=
-        0) {
-        mv->inflight = false;
-        if (err.code != ERR_UNAVAILABLE && err.code != ERR_BUSY)
-            fail(s, "group %d: change refused: %s", mv->group, err.msg);
-    }
+    propose_change(s, &s->mv.change, leader, s->mv.group, m, n);
 }
 
 /* Starts a move of a random group to a random spare node, or (back >= 1, --rejoin) of
@@ -2081,7 +2091,7 @@ static void move_step(sim *s)
         for (size_t i = 0; i < n; i++)
             if (m[i].id != from)
                 m[k++] = m[i];
-        s->self_removals += l == mv->from && !mv->inflight;
+        s->self_removals += l == mv->from && !mv->change.inflight;
         move_propose(s, l, m, k);
         /* --inject early-drop: the replica goes as soon as its removal is decided (as
          * stratad dropped a replica once the map no longer gave it to the node), not once
@@ -2651,13 +2661,6 @@ static bool seat_reachable(void *ctx, uint64_t id)
            s->nodes[id].paused_until <= s->now;
 }
 
-static void seat_change_done(void *data, const raft_host_outcome *o)
-{
-    sim *s = data;
-    (void)o;
-    s->seat_inflight = false;
-}
-
 /* Each node follows the map for its own seat, as stratad's reconcile_meta_seat: a node
  * the map names joins with an empty replica; one it no longer names drops its replica
  * once the committed configuration leaves it out. */
@@ -2721,17 +2724,7 @@ static void seats_follow(sim *s, int l, const raft_host_member *m, size_t n)
         seats_hand_over(s, l);
         return;
     }
-    if (s->seat_inflight && s->now < s->seat_inflight_since + 1000)
-        return;
-    strata_err err;
-    s->seat_inflight = true;
-    s->seat_inflight_since = s->now;
-    s->changes++;
-    if (raft_host_change(s->nodes[l].host, 0, m, n, seat_change_done, s, &err) != 0) {
-        s->seat_inflight = false;
-        if (err.code != ERR_UNAVAILABLE && err.code != ERR_BUSY)
-            fail(s, "group 0: seat change refused: %s", err.msg);
-    }
+    propose_change(s, &s->seat_change, l, 0, m, n);
 }
 
 /* The leader's liveness marks, as stratad's schedule_liveness (one per step): an ACTIVE
