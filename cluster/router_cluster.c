@@ -3161,36 +3161,26 @@ static void snapshots_tick(rcluster *c)
  */
 
 /* The single Raft configuration change that brings `cur` one step closer to the map's
- * members of `mp`: add a missing member as learner, else promote, else remove. Returns
- * false when they already agree. */
+ * members of `mp` (placement_config_next: add a missing member as learner, else promote,
+ * else remove), in `out`, which has room for n + 1 members. Returns false when they
+ * already agree, and for a configuration larger than any map names: changes only ever
+ * add up to META_MAX_MEMBERS, so that one was never proposed. */
 static bool next_config(const meta_partition *mp, const raft_host_member *cur, size_t n,
                         raft_host_member *out, size_t *out_n)
 {
-    memcpy(out, cur, n * sizeof *cur);
-    *out_n = n;
-    for (uint32_t k = 0; k < mp->n_members; k++) { /* add */
-        bool have = false;
-        for (size_t i = 0; i < n; i++)
-            have = have || cur[i].id == mp->members[k].node;
-        if (!have && n < META_MAX_MEMBERS) {
-            out[(*out_n)++] = (raft_host_member){.id = mp->members[k].node, .voter = false};
-            return true;
-        }
-    }
-    for (size_t i = 0; i < n; i++) { /* promote */
-        meta_role role;
-        if (!cur[i].voter && meta_partition_has(mp, cur[i].id, &role) && role == META_VOTER) {
-            out[i].voter = true;
-            return true;
-        }
-    }
-    for (size_t i = 0; i < n; i++) /* remove */
-        if (!meta_partition_has(mp, cur[i].id, NULL)) {
-            memmove(&out[i], &out[i + 1], (n - i - 1) * sizeof *out);
-            (*out_n)--;
-            return true;
-        }
-    return false;
+    if (n > META_MAX_MEMBERS)
+        return false;
+    meta_partition config = {.n_members = (uint32_t)n};
+    for (size_t i = 0; i < n; i++)
+        config.members[i] =
+            (meta_replica){.node = cur[i].id, .role = cur[i].voter ? META_VOTER : META_LEARNER};
+    if (!placement_config_next(mp, &config))
+        return false;
+    for (uint32_t i = 0; i < config.n_members; i++)
+        out[i] = (raft_host_member){.id = config.members[i].node,
+                                    .voter = config.members[i].role == META_VOTER};
+    *out_n = config.n_members;
+    return true;
 }
 
 typedef struct {
