@@ -25,6 +25,7 @@ struct meta_state {
     uint64_t next_partition_id;
     meta_partition group; /* the meta group's members (meta_group) */
     uint32_t seats;
+    uint32_t format; /* the cluster's record format (meta_format) */
 };
 
 meta_state *meta_new(void)
@@ -34,6 +35,7 @@ meta_state *meta_new(void)
         return NULL;
     s->next_table_id = 1;
     s->next_partition_id = 1;
+    s->format = 1;
     return s;
 }
 
@@ -221,6 +223,20 @@ uint32_t meta_group_seats(const meta_state *s)
     return s->seats;
 }
 
+uint32_t meta_format(const meta_state *s)
+{
+    return s->format;
+}
+
+uint32_t meta_format_ready(const meta_state *s)
+{
+    uint32_t f = 0;
+    for (size_t i = 0; i < s->n_nodes; i++)
+        if (s->nodes[i].state != META_NODE_REMOVED && (f == 0 || s->nodes[i].format < f))
+            f = s->nodes[i].format;
+    return f != 0 ? f : s->format;
+}
+
 uint32_t meta_next_table_id(const meta_state *s)
 {
     return s->next_table_id;
@@ -366,6 +382,15 @@ static int grow(void **arr, size_t *cap, size_t need, size_t elem, strata_err *e
     return 0;
 }
 
+/* A node whose binary reads only formats below the cluster's cannot follow the log. */
+static int refuse_too_old(const meta_state *s, uint64_t id, unsigned format, strata_err *err)
+{
+    return strata_err_set(err, ERR_VALIDATION,
+                          "node %llu reads meta records up to format %u, and the cluster writes "
+                          "format %u: it needs a newer binary",
+                          (unsigned long long)id, format, s->format);
+}
+
 static int apply_node_register(meta_state *s, const meta_cmd *c, strata_err *err)
 {
     const meta_node *in = &c->node;
@@ -389,6 +414,9 @@ static int apply_node_register(meta_state *s, const meta_cmd *c, strata_err *err
                               "node %llu must register as JOINING or "
                               "ACTIVE",
                               (unsigned long long)in->id);
+    uint8_t format = in->format ? in->format : 1;
+    if (format < s->format)
+        return refuse_too_old(s, in->id, format, err);
     if (s->n_nodes >= META_MAX_NODES)
         return strata_err_set(err, ERR_LIMIT_EXCEEDED, "too many nodes (max %d)", META_MAX_NODES);
     if (grow((void **)&s->nodes, &s->cap_nodes, s->n_nodes + 1, sizeof(meta_node), err))
@@ -399,19 +427,27 @@ static int apply_node_register(meta_state *s, const meta_cmd *c, strata_err *err
     memmove(&s->nodes[at + 1], &s->nodes[at], (s->n_nodes - at) * sizeof(meta_node));
     s->nodes[at] = *in;
     s->nodes[at].state_since_ms = c->now_ms;
+    s->nodes[at].format = format;
     s->n_nodes++;
+    return 0;
+}
+
+/* *at := the index of node `id`, which must be registered and not REMOVED. */
+static int live_node_index(const meta_state *s, uint64_t id, size_t *at, strata_err *err)
+{
+    *at = meta_node_index(s, id);
+    if (*at == SIZE_MAX)
+        return strata_err_set(err, ERR_NOT_FOUND, "node %llu is unknown", (unsigned long long)id);
+    if (s->nodes[*at].state == META_NODE_REMOVED)
+        return strata_err_set(err, ERR_VALIDATION, "node %llu is removed", (unsigned long long)id);
     return 0;
 }
 
 static int apply_node_address(meta_state *s, const meta_cmd *c, strata_err *err)
 {
-    size_t i = meta_node_index(s, c->node.id);
-    if (i == SIZE_MAX)
-        return strata_err_set(err, ERR_NOT_FOUND, "node %llu is unknown",
-                              (unsigned long long)c->node.id);
-    if (s->nodes[i].state == META_NODE_REMOVED)
-        return strata_err_set(err, ERR_VALIDATION, "node %llu is removed",
-                              (unsigned long long)c->node.id);
+    size_t i;
+    if (live_node_index(s, c->node.id, &i, err) < 0)
+        return -1;
     if (!label_ok(c->node.client_addr, META_ADDR_MAX) ||
         !label_ok(c->node.peer_addr, META_ADDR_MAX))
         return strata_err_set(err, ERR_VALIDATION,
@@ -420,6 +456,33 @@ static int apply_node_address(meta_state *s, const meta_cmd *c, strata_err *err)
                               (unsigned long long)c->node.id, META_ADDR_MAX);
     memcpy(s->nodes[i].client_addr, c->node.client_addr, sizeof(s->nodes[i].client_addr));
     memcpy(s->nodes[i].peer_addr, c->node.peer_addr, sizeof(s->nodes[i].peer_addr));
+    return 0;
+}
+
+static int apply_node_format(meta_state *s, const meta_cmd *c, strata_err *err)
+{
+    size_t i;
+    if (live_node_index(s, c->node.id, &i, err) < 0)
+        return -1;
+    if (c->node.format == 0)
+        return strata_err_set(err, ERR_VALIDATION, "meta format 0 does not exist");
+    if (c->node.format < s->format)
+        return refuse_too_old(s, c->node.id, c->node.format, err);
+    s->nodes[i].format = c->node.format;
+    return 0;
+}
+
+/* Raises the cluster's format once every node not REMOVED reads it; it never falls. */
+static int apply_cluster_format(meta_state *s, const meta_cmd *c, strata_err *err)
+{
+    if (c->format <= s->format)
+        return strata_err_set(err, ERR_VALIDATION, "the cluster writes meta format %u already",
+                              s->format);
+    if (c->format > meta_format_ready(s))
+        return strata_err_set(err, ERR_BUSY,
+                              "a node reads meta records up to format %u only, not %u",
+                              meta_format_ready(s), c->format);
+    s->format = c->format;
     return 0;
 }
 
@@ -854,6 +917,10 @@ int meta_apply_cmd(meta_state *s, const meta_cmd *c, strata_err *err)
         return apply_membership(s, c, err);
     case META_CMD_META_MEMBERS:
         return apply_meta_members(s, c, err);
+    case META_CMD_NODE_FORMAT:
+        return apply_node_format(s, c, err);
+    case META_CMD_CLUSTER_FORMAT:
+        return apply_cluster_format(s, c, err);
     }
     return strata_err_set(err, ERR_VALIDATION, "unknown meta command %d", (int)c->kind);
 }
@@ -904,6 +971,12 @@ static void put_members(buf *b, const meta_partition *p)
     }
 }
 
+/* The oldest format that reads `c` (see Formats in meta.h). */
+static unsigned record_format(const meta_cmd *c)
+{
+    return c->kind == META_CMD_NODE_STATE && c->state_base != 0 ? 2 : 1;
+}
+
 int meta_encode(const meta_cmd *c, buf *out, strata_err *err)
 {
     if ((int)c->kind < 1 || c->kind > META_CMD_KIND_MAX)
@@ -916,7 +989,7 @@ int meta_encode(const meta_cmd *c, buf *out, strata_err *err)
     size_t hl = strnlen(n->host, sizeof(n->host));
     if (cl > META_ADDR_MAX || pl > META_ADDR_MAX || al > META_LABEL_MAX || hl > META_LABEL_MAX)
         return strata_err_set(err, ERR_VALIDATION, "node labels must be NUL-terminated");
-    buf_put_u8(out, META_RECORD_VERSION);
+    buf_put_u8(out, (uint8_t)record_format(c));
     buf_put_u8(out, (uint8_t)c->kind);
     buf_put_varint(out, c->now_ms);
     switch (c->kind) {
@@ -928,6 +1001,7 @@ int meta_encode(const meta_cmd *c, buf *out, strata_err *err)
         put_str(out, n->host, hl);
         buf_put_u8(out, (uint8_t)n->state);
         buf_put_u64be(out, n->incarnation);
+        buf_put_u8(out, n->format);
         break;
     case META_CMD_NODE_ADDRESS:
         buf_put_varint(out, n->id);
@@ -995,6 +1069,13 @@ int meta_encode(const meta_cmd *c, buf *out, strata_err *err)
         buf_put_varint(out, c->seats);
         put_members(out, &c->parts[0]);
         break;
+    case META_CMD_NODE_FORMAT:
+        buf_put_varint(out, n->id);
+        buf_put_u8(out, n->format);
+        break;
+    case META_CMD_CLUSTER_FORMAT:
+        buf_put_varint(out, c->format);
+        break;
     }
     if (!out->failed)
         buf_put_u64be(out, XXH3_64bits(out->data + start, out->len - start));
@@ -1037,7 +1118,7 @@ static bool decode_members(rd *r, meta_partition *p)
     return !r->failed;
 }
 
-static bool decode_body(rd *r, meta_cmd *c)
+static bool decode_body(rd *r, unsigned version, meta_cmd *c)
 {
     meta_node *n = &c->node;
     switch (c->kind) {
@@ -1051,9 +1132,11 @@ static bool decode_body(rd *r, meta_cmd *c)
         if (!state_ok(st))
             return false;
         n->state = (meta_node_state)st;
-        /* Records written before the incarnation existed end here. */
+        /* Records written before the incarnation, or the format, existed end here. */
         if (rd_left(r) > 0)
             n->incarnation = rd_u64be(r);
+        if (rd_left(r) > 0)
+            n->format = rd_u8(r);
         return true;
     }
     case META_CMD_NODE_ADDRESS:
@@ -1066,8 +1149,8 @@ static bool decode_body(rd *r, meta_cmd *c)
         if (!state_ok(st))
             return false;
         n->state = (meta_node_state)st;
-        /* Records written before state_base existed, and operators' commands, end here. */
-        if (rd_left(r) > 0) {
+        /* Operators' commands end here; a state_base needs format 2. */
+        if (version >= 2 && rd_left(r) > 0) {
             uint8_t base = rd_u8(r);
             if (!state_ok(base))
                 return false;
@@ -1154,6 +1237,17 @@ static bool decode_body(rd *r, meta_cmd *c)
         c->n_parts = 1;
         return decode_members(r, g);
     }
+    case META_CMD_NODE_FORMAT:
+        n->id = rd_varint(r);
+        n->format = rd_u8(r);
+        return true;
+    case META_CMD_CLUSTER_FORMAT: {
+        uint64_t f = rd_varint(r);
+        if (r->failed || f == 0 || f > UINT8_MAX)
+            return false;
+        c->format = (uint32_t)f;
+        return true;
+    }
     }
     return false;
 }
@@ -1172,17 +1266,27 @@ int meta_decode(const uint8_t *rec, size_t len, meta_cmd *out, strata_err *err)
     rd_init(&r, rec, plen);
     uint8_t version = rd_u8(&r);
     uint8_t kind = rd_u8(&r);
-    if (version != META_RECORD_VERSION)
-        return strata_err_set(err, ERR_CORRUPT, "meta record version %u unknown", version);
+    if (version > META_FORMAT)
+        return strata_err_set(err, ERR_CORRUPT,
+                              "meta record of format %u, newer than this binary's (%d): a node "
+                              "of a newer version wrote it",
+                              version, META_FORMAT);
+    if (version == 0)
+        return strata_err_set(err, ERR_CORRUPT, "meta record of format 0");
     if (kind < 1 || kind > META_CMD_KIND_MAX)
         return strata_err_set(err, ERR_CORRUPT, "meta record kind %u unknown", kind);
     out->kind = (meta_cmd_kind)kind;
     out->now_ms = rd_varint(&r);
-    if (!decode_body(&r, out) || r.failed || rd_left(&r) != 0) {
+    if (!decode_body(&r, version, out) || r.failed || rd_left(&r) != 0) {
         meta_cmd_free(out);
         return strata_err_set(err, ERR_CORRUPT, "meta record (kind %u) is malformed", kind);
     }
     return 0;
+}
+
+unsigned meta_record_format(const uint8_t *rec, size_t len)
+{
+    return len > 0 ? rec[0] : 0;
 }
 
 void meta_cmd_free(meta_cmd *c)
@@ -1199,7 +1303,7 @@ void meta_cmd_free(meta_cmd *c)
 int meta_state_encode(const meta_state *s, buf *out, strata_err *err)
 {
     size_t start = out->len;
-    buf_put_u8(out, META_RECORD_VERSION);
+    buf_put_u8(out, META_SNAPSHOT_VERSION);
     buf_put_u32be(out, s->next_table_id);
     buf_put_u64be(out, s->next_partition_id);
     buf_put_varint(out, s->n_nodes);
@@ -1241,6 +1345,11 @@ int meta_state_encode(const meta_state *s, buf *out, strata_err *err)
     buf_put_varint(out, s->group.epoch);
     buf_put_varint(out, s->seats);
     put_members(out, &s->group);
+    /* The formats, after the meta group's members. */
+    buf_put_varint(out, s->format);
+    buf_put_varint(out, s->n_nodes);
+    for (size_t i = 0; i < s->n_nodes; i++)
+        buf_put_u8(out, s->nodes[i].format);
     if (!out->failed)
         buf_put_u64be(out, XXH3_64bits(out->data + start, out->len - start));
     if (out->failed)
@@ -1343,6 +1452,23 @@ static bool decode_group(rd *r, meta_state *s)
     return decode_members(r, &s->group);
 }
 
+/* A state encoded before formats existed ends before them: format 1 everywhere then. */
+static bool decode_formats(rd *r, meta_state *s)
+{
+    for (size_t i = 0; i < s->n_nodes; i++)
+        s->nodes[i].format = 1;
+    if (rd_left(r) == 0)
+        return true;
+    uint64_t f = rd_varint(r);
+    uint64_t n = rd_varint(r);
+    if (r->failed || f == 0 || f > UINT8_MAX || n != s->n_nodes || n > rd_left(r))
+        return false;
+    s->format = (uint32_t)f;
+    for (size_t i = 0; i < n; i++)
+        s->nodes[i].format = rd_u8(r);
+    return !r->failed;
+}
+
 static bool decode_parts(rd *r, meta_state *s)
 {
     uint64_t n = rd_varint(r);
@@ -1397,11 +1523,12 @@ meta_state *meta_state_decode(const uint8_t *data, size_t len, strata_err *err)
     }
     rd r;
     rd_init(&r, data, plen);
-    bool ok = rd_u8(&r) == META_RECORD_VERSION;
+    bool ok = rd_u8(&r) == META_SNAPSHOT_VERSION;
     s->next_table_id = rd_u32be(&r);
     s->next_partition_id = rd_u64be(&r);
     ok = ok && decode_nodes(&r, s) && decode_tables(&r, s) && decode_parts(&r, s) &&
-         decode_incarnations(&r, s) && decode_group(&r, s) && !r.failed && rd_left(&r) == 0;
+         decode_incarnations(&r, s) && decode_group(&r, s) && decode_formats(&r, s) && !r.failed &&
+         rd_left(&r) == 0;
     strata_err why;
     strata_err_clear(&why);
     if (!ok || meta_check(s, &why)) {
@@ -1468,7 +1595,13 @@ int meta_check(const meta_state *s, strata_err *err)
             !label_ok(n->az, META_LABEL_MAX) || !label_ok(n->host, META_LABEL_MAX))
             return strata_err_set(err, ERR_INTERNAL, "node %llu: bad address or label",
                                   (unsigned long long)n->id);
+        if (n->format == 0 || (n->state != META_NODE_REMOVED && n->format < s->format))
+            return strata_err_set(err, ERR_INTERNAL,
+                                  "node %llu reads meta format %u, the cluster writes %u",
+                                  (unsigned long long)n->id, n->format, s->format);
     }
+    if (s->format == 0)
+        return strata_err_set(err, ERR_INTERNAL, "meta format 0");
     for (size_t i = 1; i < s->n_tables; i++)
         if (s->tables[i - 1].id >= s->tables[i].id)
             return strata_err_set(err, ERR_INTERNAL, "tables out of order");

@@ -9,7 +9,7 @@
  *
  * The state machine is pure and deterministic: no I/O, no clock. Every change is a
  * command record built by meta_encode() and applied by meta_apply(); time travels inside
- * commands (now_ms). A record is `u8 version | u8 kind | body | u64be xxh3(all before)`.
+ * commands (now_ms). A record is `u8 format | u8 kind | body | u64be xxh3(all before)`.
  * meta_apply() either applies a record completely or leaves the state untouched and says
  * why in `err`:
  *   ERR_CORRUPT            the record does not decode (checksum, format, bounds)
@@ -32,6 +32,19 @@
  * Partition epochs start at 1 and move on with every membership change and split.
  * Pointers returned by lookups stay valid until the next meta_apply() or restore.
  * Placement is strict: three distinct AZs are required (no fallback to fewer).
+ *
+ * Formats (rolling upgrades). A record's first byte is the oldest format that reads it:
+ *   1  every kind and field, but for those below
+ *   2  NODE_STATE's state_base
+ * A binary reads and writes up to META_FORMAT, and every node's registration (or a later
+ * NODE_FORMAT, once its binary changed) says its own. The cluster's format, meta_format(),
+ * is the newest any writer may use: it starts at 1 and rises by CLUSTER_FORMAT, which the
+ * meta leader proposes once every node not REMOVED reads the next one (meta_format_ready);
+ * it never falls. A registration or NODE_FORMAT below it is refused, so a binary too old
+ * for the log never joins: mixing versions is safe as long as new fields and kinds wait
+ * for their format. A record of a format above META_FORMAT does not decode (ERR_CORRUPT,
+ * meta_record_format tells why): the replica that meets one must stop applying, not skip
+ * it. Binaries from before formats existed cannot be mixed with these.
  */
 #include <stdbool.h>
 #include <stddef.h>
@@ -50,7 +63,8 @@
 #define META_LABEL_MAX       63  /* AZ and host labels: 1..63 printable bytes */
 #define META_NAME_MAX        255 /* table names: 1..255 bytes */
 #define META_SCHEMA_MAX      (1u << 20)
-#define META_RECORD_VERSION  1
+#define META_FORMAT           2 /* the newest record format this binary reads and writes */
+#define META_SNAPSHOT_VERSION 1
 
 typedef enum {
     META_NODE_JOINING = 1, /* registered, not yet given replicas */
@@ -74,6 +88,9 @@ typedef struct {
      * replica that forgot what it acknowledged must not vote. 0: registered before the
      * field existed (nothing to compare). */
     uint64_t incarnation;
+    /* The newest record format its binary reads (see Formats); 1 for a registration
+     * without it. */
+    uint8_t format;
 } meta_node;
 
 typedef enum { META_VOTER = 1, META_LEARNER = 2 } meta_role;
@@ -116,7 +133,9 @@ typedef enum {
     META_CMD_TABLE_SCHEMA,      /* table_id, schema (replaces the blob; UpdateTable, tags),
                                    schema_base */
     META_CMD_META_MEMBERS,      /* epoch, seats, parts[0] (the meta group's new members) */
-    META_CMD_KIND_MAX = META_CMD_META_MEMBERS,
+    META_CMD_NODE_FORMAT,       /* node.id, node.format */
+    META_CMD_CLUSTER_FORMAT,    /* format */
+    META_CMD_KIND_MAX = META_CMD_CLUSTER_FORMAT,
 } meta_cmd_kind;
 
 /* A command. Only the fields its kind lists are encoded. After meta_decode, name and
@@ -149,6 +168,7 @@ typedef struct {
     uint64_t split_hash; /* the child owns [split_hash, hash_hi]; lo < split_hash <= hi */
     uint64_t new_partition_id;
     uint32_t seats; /* META_MEMBERS: the voters the meta group keeps (1, 3 or 5) */
+    uint32_t format; /* CLUSTER_FORMAT: the cluster's next format */
 } meta_cmd;
 
 typedef struct meta_state meta_state;
@@ -156,11 +176,20 @@ typedef struct meta_state meta_state;
 meta_state *meta_new(void);
 void meta_free(meta_state *s);
 
-/* Record encoding / decoding. meta_encode appends to `out`. meta_decode checks the
- * checksum and the format (not the rules: that is meta_apply's job). */
+/* Record encoding / decoding. meta_encode appends to `out`, with the oldest format that
+ * reads the command as its first byte. meta_decode checks the checksum and the format
+ * (not the rules: that is meta_apply's job). */
 int meta_encode(const meta_cmd *c, buf *out, strata_err *err);
 int meta_decode(const uint8_t *rec, size_t len, meta_cmd *out, strata_err *err);
 void meta_cmd_free(meta_cmd *c);
+/* A record's format byte (0 for an empty record): above META_FORMAT, a newer binary
+ * wrote it and this one cannot apply it. */
+unsigned meta_record_format(const uint8_t *rec, size_t len);
+
+/* The cluster's format (see Formats), and the newest it may rise to now: the oldest
+ * format among the nodes not REMOVED (meta_format when there are none). */
+uint32_t meta_format(const meta_state *s);
+uint32_t meta_format_ready(const meta_state *s);
 
 /* Decodes and applies one record, all or nothing (see the error list above). */
 int meta_apply(meta_state *s, const uint8_t *rec, size_t len, strata_err *err);

@@ -164,6 +164,11 @@ typedef struct {
      * flushed, as a crash in the middle of a copy of a partition larger than the memtable
      * would, leaving part of it in table files. */
     bool test_exit_mid_copy;
+    /* A test hook (STRATA_TEST_META_FORMAT=N, node/main.c): the node says its binary reads
+     * meta records up to format N (1..META_FORMAT) instead of META_FORMAT, as a node of an
+     * older version would, so that tests can upgrade and downgrade a cluster (see Formats
+     * in cluster/meta.h). 0: META_FORMAT. */
+    uint8_t test_meta_format;
 } router_cluster_config;
 
 typedef struct {

@@ -429,6 +429,7 @@ struct rcluster {
     uint64_t fetch_target; /* the node the fetch in flight asked */
     uint64_t last_fetch;
     bool register_in_flight;
+    bool format_in_flight; /* a NODE_FORMAT of this node's (reconcile_format) */
     catalog *cat;
     /* Catalog syncs (rcluster_sync_catalog): callers that asked after the check in flight
      * was sent (`sync_next`), those the check in flight covers (`sync_round`), and those
@@ -2438,6 +2439,14 @@ static int apply_meta(rcluster *c, uint64_t index, const void *data, size_t len,
         *result_len = sizeof skipped;
         return 0;
     }
+    if (meta_record_format(data, len) > META_FORMAT) {
+        fprintf(stderr,
+                "stratad: meta entry %" PRIu64 " is of format %u, and this binary reads up to "
+                "%d: a node of a newer version wrote it. This node's meta replica stops here "
+                "rather than skip it; start the node with a binary of the cluster's version\n",
+                index, meta_record_format(data, len), META_FORMAT);
+        return -1; /* the group stops: skipping would leave this map behind the others' */
+    }
     int rc = meta_decode(data, len, &cmd, &err);
     char name[META_NAME_MAX + 1];
     size_t name_len = 0;
@@ -2452,6 +2461,9 @@ static int apply_meta(rcluster *c, uint64_t index, const void *data, size_t len,
         rc = meta_apply_cmd(c->meta, &cmd, &err);
     if (rc == 0)
         mirror_catalog(c, &cmd, name_len ? name : NULL, name_len);
+    if (rc == 0 && cmd.kind == META_CMD_CLUSTER_FORMAT)
+        fprintf(stderr, "stratad: every node reads meta format %u: the cluster writes it now\n",
+                cmd.format);
     if (err.code == ERR_NOMEM) {
         meta_cmd_free(&cmd);
         return -1; /* not a deterministic outcome: the group must stop */
@@ -3787,6 +3799,28 @@ static void on_group_status(void *ctx, int status, const strata_err *err, const 
  * (its replicas move off all the same, and its seat): marked DOWN, it would come back
  * ACTIVE and take replicas again, the operator's drain forgotten. Returns true when it
  * proposed something. */
+/* The cluster's meta format rises once every node reads the next (Formats, meta.h). Not
+ * before every member of the meta group registered: a cluster just formed, whose nodes
+ * of an older version had yet to say so, would refuse them. */
+static bool schedule_format(rcluster *c)
+{
+    uint32_t ready = meta_format_ready(c->meta);
+    raft_host_member m[MAX_META_VOTERS + META_MAX_MEMBERS];
+    size_t n;
+    bool pending;
+    if (ready <= meta_format(c->meta) ||
+        raft_host_configuration(c->host, META_GROUP, m, sizeof m / sizeof m[0], &n, &pending,
+                                NULL) < 0 ||
+        n > sizeof m / sizeof m[0])
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (meta_node_find(c->meta, m[i].id) == NULL)
+            return false;
+    meta_cmd cmd = {.kind = META_CMD_CLUSTER_FORMAT, .format = ready};
+    sched_propose(c, &cmd);
+    return true;
+}
+
 static bool schedule_liveness(rcluster *c)
 {
     uint64_t now = now_ms(c);
@@ -3808,7 +3842,8 @@ static bool schedule_liveness(rcluster *c)
             meta_cmd cmd = {.kind = META_CMD_NODE_STATE};
             cmd.node.id = n->id;
             cmd.node.state = want;
-            cmd.state_base = n->state;
+            if (meta_format(c->meta) >= 2) /* every node reads the base (see meta.h) */
+                cmd.state_base = n->state;
             fprintf(stderr, "stratad: node %" PRIu64 " is %s\n", n->id,
                     want == META_NODE_DOWN ? "unreachable: marking it DOWN" : "back: ACTIVE");
             sched_propose(c, &cmd);
@@ -4435,7 +4470,7 @@ static void schedule(rcluster *c)
     if (c->sched_busy)
         return;
     rload_track(c);
-    if (schedule_liveness(c) || schedule_meta_seats(c))
+    if (schedule_format(c) || schedule_liveness(c) || schedule_meta_seats(c))
         return;
     if (schedule_leaders(c, false))
         return;
@@ -4819,6 +4854,13 @@ static const meta_node *known_node(const rcluster *c, uint64_t id)
  * the reason in `why`. */
 static int join_refusal(const rcluster *c, const meta_node *n, strata_err *why)
 {
+    unsigned format = n->format != 0 ? n->format : 1;
+    if (c->formed && format < meta_format(c->meta))
+        return strata_err_set(why, ERR_RESOURCE_IN_USE,
+                              "node %" PRIu64 " reads meta records up to format %u, and the "
+                              "cluster writes format %u: start it with a binary of the "
+                              "cluster's version or newer",
+                              n->id, format, meta_format(c->meta));
     const meta_node *known = known_node(c, n->id);
     if (known != NULL && known->state == META_NODE_REMOVED)
         return strata_err_set(why, ERR_RESOURCE_IN_USE,
@@ -5221,16 +5263,60 @@ static void on_registered(void *ctx, const strata_err *err, const uint8_t *res, 
         fprintf(stderr, "stratad: registering this node: %s (retrying)\n", err->msg);
 }
 
+/* A binary older than the cluster's meta format cannot follow the map's log (Formats,
+ * meta.h): the node stops (rcluster_refused), saying `what` to do. */
+static void stop_too_old(rcluster *c, const char *what)
+{
+    if (c->refused.code == ERR_NONE)
+        strata_err_set(&c->refused, ERR_VALIDATION,
+                       "this binary reads meta records up to format %u, and the cluster writes "
+                       "format %u since every node read it: %s",
+                       c->me.format, meta_format(c->meta), what);
+}
+
 static void register_self(rcluster *c)
 {
     if (!c->formed || c->register_in_flight || meta_node_find(c->meta, c->self) != NULL)
         return;
     if (meta_leader(c) == 0 && c->voter)
         return; /* no meta leader yet: wait for the election */
+    if (c->meta_index > 0 && c->me.format < meta_format(c->meta)) {
+        /* Let in by a member whose map was older than the rise (join_refusal). */
+        stop_too_old(c, "start this node with a binary of the cluster's version or newer");
+        return;
+    }
     meta_cmd cmd = {.kind = META_CMD_NODE_REGISTER, .now_ms = wall_ms(), .node = c->me};
     strata_err err;
     if (propose_meta(c, &cmd, on_registered, c, &err) == 0)
         c->register_in_flight = true;
+}
+
+static void on_format_said(void *ctx, const strata_err *err, const uint8_t *res, size_t len)
+{
+    rcluster *c = ctx;
+    (void)res;
+    (void)len;
+    c->format_in_flight = false;
+    if (err != NULL && !c->closing)
+        fprintf(stderr, "stratad: saying this binary's meta format: %s (retrying)\n", err->msg);
+}
+
+/* The map says which record format this node's binary reads (Formats, meta.h): after an
+ * upgrade, NODE_FORMAT says it again. A binary older than the cluster's format (a
+ * downgrade) cannot follow the log: the node stops. */
+static void reconcile_format(rcluster *c)
+{
+    const meta_node *me = c->formed && c->meta_index > 0 ? meta_node_find(c->meta, c->self) : NULL;
+    if (me == NULL || me->format == c->me.format || c->format_in_flight)
+        return;
+    if (c->me.format < meta_format(c->meta)) {
+        stop_too_old(c, "a node cannot go back to an older version");
+        return;
+    }
+    meta_cmd cmd = {.kind = META_CMD_NODE_FORMAT, .now_ms = wall_ms(), .node = c->me};
+    strata_err err;
+    if (propose_meta(c, &cmd, on_format_said, c, &err) == 0)
+        c->format_in_flight = true;
 }
 
 static void delete_replica_data(rcluster *c, const partition_desc *d);
@@ -6689,6 +6775,7 @@ static void on_tick(uv_timer_t *t)
     if (c->cluster_file_stale)
         cluster_file_save(c, NULL);
     register_self(c);
+    reconcile_format(c);
     snapshots_tick(c);
     reconcile(c);
     if (now_ms(c) - c->log_swept_at >= LOG_SWEEP_MS) {
@@ -7248,6 +7335,7 @@ void rcluster_status_json(rcluster *c, buf *out)
                c->self, rcluster_ready(c) ? "true" : "false", c->voter ? "true" : "false",
                meta_leader(c), c->meta_index);
     const meta_partition *g = meta_group(c->meta);
+    buf_printf(out, "\"meta_format\":%u,", meta_format(c->meta));
     buf_printf(out, "\"meta_group\":{\"epoch\":%" PRIu64 ",\"seats\":%u,\"members\":[", g->epoch,
                meta_group_seats(c->meta));
     for (uint32_t k = 0; k < g->n_members; k++)
@@ -7286,7 +7374,9 @@ void rcluster_status_json(rcluster *c, buf *out)
         json_str(out, n->az);
         buf_printf(out, ",\"host\":");
         json_str(out, n->host);
-        buf_printf(out, ",\"state\":\"%s\",\"client\":", meta_node_state_name(n->state));
+        buf_printf(out,
+                   ",\"state\":\"%s\",\"format\":%u,\"client\":", meta_node_state_name(n->state),
+                   n->format);
         json_str(out, n->client_addr);
         buf_printf(out, ",\"peer\":");
         json_str(out, n->peer_addr);
@@ -7577,6 +7667,9 @@ static void fill_me(rcluster *c, const router_cluster_config *cc)
     snprintf(c->me.az, sizeof c->me.az, "%s", cc->az);
     snprintf(c->me.host, sizeof c->me.host, "%s", cc->host_label);
     c->me.state = META_NODE_ACTIVE;
+    c->me.format = cc->test_meta_format >= 1 && cc->test_meta_format <= META_FORMAT
+                       ? cc->test_meta_format
+                       : META_FORMAT;
 }
 
 rcluster *rcluster_open(const router_config *cfg, strata_err *err)

@@ -110,6 +110,10 @@ static void cluster_settings_fill(cluster_settings *cs, const stratad_config *cf
     /* A test hook: see router_cluster_config.test_exit_mid_copy. */
     const char *mc = getenv("STRATA_TEST_EXIT_MID_COPY");
     cs->rc.test_exit_mid_copy = mc != NULL && strcmp(mc, "1") == 0;
+    /* A test hook: see router_cluster_config.test_meta_format. */
+    const char *mf = getenv("STRATA_TEST_META_FORMAT");
+    unsigned long f = mf != NULL ? strtoul(mf, NULL, 10) : 0;
+    cs->rc.test_meta_format = f <= UINT8_MAX ? (uint8_t)f : 0;
 }
 
 /* In a cluster the router's own handles (peer connections, Raft timers) keep the loop

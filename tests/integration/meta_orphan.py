@@ -38,14 +38,8 @@ def steps(cl, cli):
         cl.start(n)
     S.poll(lambda: S.settled(cl, range(1, 8), {1, 2, 3}), "seats recorded as 1, 2, 3")
     c4 = S.client(cl.cports[3])
-    c4.create_table(TableName=S.TABLE, BillingMode="PAY_PER_REQUEST",
-                    AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
-                    KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}])
-    arn = S.poll(lambda: (lambda t: t["TableStatus"] == "ACTIVE" and t["TableArn"])(
-        c4.describe_table(TableName=S.TABLE)["Table"]), "table ACTIVE")
     items = {"k%d" % i: "v%d" % i for i in range(S.ITEMS)}
-    for k, v in items.items():
-        c4.put_item(TableName=S.TABLE, Item={"pk": {"S": k}, "v": {"S": v}})
+    arn = S.make_table(c4, S.TABLE, items)
 
     log("a) nodes 1 and 7 killed, 1 down past replace-after: node 4 takes its seat")
     S.strata(cli, cl, 4, "node", "drain", "7")

@@ -30,17 +30,6 @@ def log(*a):
     print(*a, flush=True)
 
 
-def make_table(c, name, items):
-    c.create_table(TableName=name, BillingMode="PAY_PER_REQUEST",
-                   AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
-                   KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}])
-    arn = S.poll(lambda: (lambda t: t["TableStatus"] == "ACTIVE" and t["TableArn"])(
-        c.describe_table(TableName=name)["Table"]), "table %s ACTIVE" % name)
-    for k, v in items.items():
-        c.put_item(TableName=name, Item={"pk": {"S": k}, "v": {"S": v}})
-    return arn
-
-
 def read_all(c, name, items):
     for k, v in items.items():
         got = c.get_item(TableName=name, Key={"pk": {"S": k}}, ConsistentRead=True)
@@ -55,7 +44,7 @@ def steps(cl, cli):
         cl.start(n)
     S.poll(lambda: S.settled(cl, OLD + NEW, set(OLD)), "seats recorded as 1, 2, 3")
     items = {"k%d" % i: "v%d" % i for i in range(S.ITEMS)}
-    arn = make_table(S.client(cl.cports[0]), S.TABLE, items)
+    arn = S.make_table(S.client(cl.cports[0]), S.TABLE, items)
 
     log("a) nodes 1, 2 and 3 drained at once: the seats go to 4, 5 and 6")
     for n in OLD:
@@ -79,7 +68,7 @@ def steps(cl, cli):
     c5.tag_resource(ResourceArn=arn, Tags=[{"Key": "step", "Value": "c"}])
     S.poll(lambda: S.tags(c4, arn).get("step") == "c", "the tag seen through node 4", 10)
     more = {"m%d" % i: "w%d" % i for i in range(S.ITEMS)}
-    make_table(c6, "after", more)
+    S.make_table(c6, "after", more)
     read_all(c4, S.TABLE, items)
     read_all(c4, "after", more)
     S.poll(lambda: S.settled(cl, NEW, set(NEW)), "nodes 4-6 agree on the seats")

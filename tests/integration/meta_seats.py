@@ -67,7 +67,8 @@ class Cluster:
         self.procs = {}
         self.logs = {}
 
-    def start(self, nid):
+    def start(self, nid, env=None):
+        """Starts node nid, with `env` (a dict) added to the environment."""
         i = nid - 1
         cmd = harness.node_command(self.stratad, nid, self.azs[i], self.cports[i], self.pports[i],
                                    self.pports[0], os.path.join(self.work, "d%d" % nid),
@@ -75,7 +76,8 @@ class Cluster:
                                     "--throttle", "false"])
         f = self.logs.setdefault(nid, open(os.path.join(self.work, "n%d.log" % nid), "a"))
         self.procs[nid] = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT,
-                                           stdin=subprocess.DEVNULL)
+                                           stdin=subprocess.DEVNULL,
+                                           env=dict(os.environ, **(env or {})))
 
     def kill(self, nid, sig=signal.SIGKILL):
         p = self.procs.pop(nid)
@@ -134,6 +136,19 @@ def all_led(cl, live):
     led = {p["id"] for v in views for p in v["partitions"]
            if (p.get("local") or {}).get("state") == "leader"}
     return all(p["id"] in led for p in views[0]["partitions"])
+
+
+def make_table(c, name, items):
+    """Creates table `name` (hash key pk) through client c, waits until it is ACTIVE and
+    puts `items` ({pk: v}); its ARN."""
+    c.create_table(TableName=name, BillingMode="PAY_PER_REQUEST",
+                   AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+                   KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}])
+    arn = poll(lambda: (lambda t: t["TableStatus"] == "ACTIVE" and t["TableArn"])(
+        c.describe_table(TableName=name)["Table"]), "table %s ACTIVE" % name)
+    for k, v in items.items():
+        c.put_item(TableName=name, Item={"pk": {"S": k}, "v": {"S": v}})
+    return arn
 
 
 def read_all(c, items):
@@ -197,14 +212,8 @@ def steps(cl, cli):
         cl.start(n)
     poll(lambda: settled(cl, [1, 2, 3, 4, 5], {1, 2, 3}), "seats recorded as 1, 2, 3")
     c1 = client(cl.cports[0])
-    c1.create_table(TableName=TABLE, BillingMode="PAY_PER_REQUEST",
-                    AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
-                    KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}])
-    arn = poll(lambda: (lambda t: t["TableStatus"] == "ACTIVE" and t["TableArn"])(
-        c1.describe_table(TableName=TABLE)["Table"]), "table ACTIVE")
     items = {"k%d" % i: "v%d" % i for i in range(ITEMS)}
-    for k, v in items.items():
-        c1.put_item(TableName=TABLE, Item={"pk": {"S": k}, "v": {"S": v}})
+    arn = make_table(c1, TABLE, items)
 
     log("a) drain node 3: node 4 takes its seat")
     strata(cli, cl, 1, "node", "drain", "3")

@@ -63,14 +63,8 @@ def steps(cl, cli):
 
     log("c) a table over nodes 1, 2 and 4")
     c1 = S.client(cl.cports[0])
-    c1.create_table(TableName=S.TABLE, BillingMode="PAY_PER_REQUEST",
-                    AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
-                    KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}])
-    S.poll(lambda: c1.describe_table(TableName=S.TABLE)["Table"]["TableStatus"] == "ACTIVE",
-           "table ACTIVE")
     items = {"k%d" % i: "v%d" % i for i in range(S.ITEMS)}
-    for k, v in items.items():
-        c1.put_item(TableName=S.TABLE, Item={"pk": {"S": k}, "v": {"S": v}})
+    S.make_table(c1, S.TABLE, items)
     S.read_all(S.client(cl.cports[3]), items)
     parts = cl.admin(4)["partitions"]
     assert parts and all(sorted(p["members"]) == [1, 2, 4] for p in parts), parts

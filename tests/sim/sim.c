@@ -168,7 +168,8 @@
  *      space (no gap, no overlap). Check 2 compares commands (also MOVED ones and SPLIT
  *      entries), check 4 also the ranges and key versions.
  *  10. (--seats) the seats settle: the map's members are group 0's replicas, all voters, as
- *      many as its seats, and no drained node keeps a seat while an ACTIVE node has none.
+ *      many as its seats, and no drained node keeps a seat while an ACTIVE node has none;
+ *      the cluster's meta format rose to META_FORMAT (every node registered with it).
  * `--inject stale-read|lying-disk|bad-copy|split-no-flush|no-seed|early-promote|early-drop`
  * plants a bug (reads without a barrier, an fsync that lies, an engine snapshot missing its
  * last write, a child started from the parent's last durable state instead of its state
@@ -2628,10 +2629,23 @@ static bool seats_register(sim *s, int l)
         snprintf(c.node.az, sizeof c.node.az, "%s", az[(i - 1) % 3]);
         snprintf(c.node.host, sizeof c.node.host, "h%d", i);
         c.node.state = META_NODE_ACTIVE;
+        c.node.format = META_FORMAT;
         map_propose(s, l, &c, true);
         return true;
     }
     return false;
+}
+
+/* The cluster's meta format rises once every node reads the next, as stratad's
+ * schedule_format. True when it proposed the rise. */
+static bool seats_format(sim *s, int l)
+{
+    uint32_t ready = meta_format_ready(s->meta);
+    if (ready <= meta_format(s->meta))
+        return false;
+    meta_cmd c = {.kind = META_CMD_CLUSTER_FORMAT, .now_ms = s->now, .format = ready};
+    map_propose(s, l, &c, true);
+    return true;
 }
 
 /* EV_DRAIN: an operator drains a random node (ACTIVE or DOWN), or calls its drain off,
@@ -2747,7 +2761,9 @@ static bool seats_liveness(sim *s, int l)
             want = META_NODE_ACTIVE;
         if (want == nd->state)
             continue;
-        meta_cmd c = {.kind = META_CMD_NODE_STATE, .now_ms = s->now, .state_base = nd->state};
+        meta_cmd c = {.kind = META_CMD_NODE_STATE, .now_ms = s->now};
+        if (meta_format(s->meta) >= 2) /* as stratad: once every node reads it */
+            c.state_base = nd->state;
         c.node.id = (uint64_t)i;
         c.node.state = want;
         map_propose(s, l, &c, true);
@@ -2773,7 +2789,7 @@ static void seats_step(sim *s)
     seats_reconcile(s, m, n);
     const meta_partition *g = meta_group(s->meta);
     bool busy = s->meta_inflight && s->now < s->meta_inflight_since + 1000;
-    if (busy || seats_register(s, l) || seats_liveness(s, l))
+    if (busy || seats_register(s, l) || seats_format(s, l) || seats_liveness(s, l))
         return;
     meta_partition config = {.n_members = (uint32_t)n};
     for (size_t k = 0; k < n; k++)
@@ -2852,6 +2868,9 @@ static void final_seat_checks(sim *s)
              "seats: drained node %" PRIu64 " keeps its seat; ACTIVE node %" PRIu64
              " could take it",
              drained, idle);
+    if (meta_format(s->meta) != META_FORMAT)
+        fail(s, "seats: the cluster's meta format is %u, not %d", meta_format(s->meta),
+             META_FORMAT);
 }
 
 /* ---- main loop ---- */

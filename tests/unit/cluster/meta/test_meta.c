@@ -28,7 +28,8 @@ static int run(meta_state *s, const meta_cmd *c, strata_err *err)
     return rc;
 }
 
-static int reg(meta_state *s, uint64_t id, const char *az, const char *host, meta_node_state st)
+/* The registration of node `id` (no incarnation, no format). */
+static meta_cmd reg_cmd(uint64_t id, const char *az, const char *host, meta_node_state st)
 {
     meta_cmd c = {.kind = META_CMD_NODE_REGISTER, .now_ms = 100 + id};
     c.node.id = id;
@@ -39,6 +40,12 @@ static int reg(meta_state *s, uint64_t id, const char *az, const char *host, met
     snprintf(c.node.az, sizeof(c.node.az), "%s", az);
     snprintf(c.node.host, sizeof(c.node.host), "%s", host);
     c.node.state = st;
+    return c;
+}
+
+static int reg(meta_state *s, uint64_t id, const char *az, const char *host, meta_node_state st)
+{
+    meta_cmd c = reg_cmd(id, az, host, st);
     strata_err err;
     return run(s, &c, &err);
 }
@@ -208,16 +215,18 @@ static void test_record_roundtrip(void **state)
 static void test_decode_rejects_bad_fields(void **state)
 {
     (void)state;
-    /* A well-checksummed record with a bad kind, bad version, bad state, trailing bytes. */
+    /* A well-checksummed record with a bad kind, bad format, bad state, trailing bytes. */
     const uint8_t bodies[][8] = {
-        {1, 0, 0},                /* kind 0 */
-        {1, 11, 0},               /* kind past the last */
-        {2, 5, 0, 0, 0, 0, 1},    /* version 2 */
-        {1, 3, 0, 1, 9},          /* NODE_STATE with state 9 */
-        {1, 5, 0, 0, 0, 0, 1, 7}, /* TABLE_DROP with a trailing byte */
+        {1, 0, 0},                           /* kind 0 */
+        {1, META_CMD_KIND_MAX + 1, 0},       /* kind past the last */
+        {META_FORMAT + 1, 5, 0, 0, 0, 0, 1}, /* a format newer than this binary's */
+        {0, 5, 0, 0, 0, 0, 1},               /* format 0 */
+        {1, 3, 0, 1, 9},                     /* NODE_STATE with state 9 */
+        {1, 5, 0, 0, 0, 0, 1, 7},            /* TABLE_DROP with a trailing byte */
+        {1, 3, 0, 1, 2, 2},                  /* format 1 NODE_STATE with a base */
     };
-    const size_t lens[] = {3, 3, 7, 5, 8};
-    for (size_t k = 0; k < 5; k++) {
+    const size_t lens[] = {3, 3, 7, 7, 5, 8, 6};
+    for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++) {
         buf b;
         buf_init(&b, 0);
         buf_append(&b, bodies[k], lens[k]);
@@ -836,6 +845,131 @@ static void test_node_state_planned_from_a_stale_state(void **state)
     meta_free(s);
 }
 
+static int say_format(meta_state *s, uint64_t id, uint8_t format, strata_err *err)
+{
+    meta_cmd c = {.kind = META_CMD_NODE_FORMAT, .now_ms = 60};
+    c.node.id = id;
+    c.node.format = format;
+    return run(s, &c, err);
+}
+
+static int raise_format(meta_state *s, uint32_t format, strata_err *err)
+{
+    meta_cmd c = {.kind = META_CMD_CLUSTER_FORMAT, .now_ms = 70, .format = format};
+    return run(s, &c, err);
+}
+
+/* Rolling upgrades (Formats in meta.h): the cluster's format rises only once every node
+ * not REMOVED reads it, never falls, and no binary older than it joins or comes back. */
+static void test_formats(void **state)
+{
+    (void)state;
+    meta_state *s = meta_new();
+    strata_err err;
+    assert_int_equal(meta_format(s), 1);
+    assert_int_equal(meta_format_ready(s), 1); /* no node */
+    /* reg() says no format: read as 1, as registrations before the field. */
+    assert_int_equal(reg(s, 1, "a", "h1", META_NODE_ACTIVE), 0);
+    assert_int_equal(reg(s, 2, "b", "h2", META_NODE_ACTIVE), 0);
+    assert_int_equal(meta_node_find(s, 1)->format, 1);
+    assert_int_equal(say_format(s, 1, 2, &err), 0); /* node 1 upgraded */
+    assert_int_equal(meta_format_ready(s), 1);
+    assert_int_equal(raise_format(s, 2, &err), -1);
+    assert_int_equal(err.code, ERR_BUSY); /* node 2 reads format 1 only */
+    assert_int_equal(meta_format(s), 1);
+    assert_int_equal(say_format(s, 2, 3, &err), 0);
+    assert_int_equal(meta_format_ready(s), 2); /* the oldest */
+    assert_int_equal(raise_format(s, 2, &err), 0);
+    assert_int_equal(meta_format(s), 2);
+    assert_int_equal(meta_check(s, &err), 0);
+    /* Never falls, nor "rises" to where it is. */
+    assert_int_equal(raise_format(s, 2, &err), -1);
+    assert_int_equal(err.code, ERR_VALIDATION);
+    assert_int_equal(raise_format(s, 1, &err), -1);
+    assert_int_equal(meta_format(s), 2);
+    /* A binary older than the cluster's format neither joins nor comes back. */
+    assert_int_equal(reg(s, 3, "c", "h3", META_NODE_ACTIVE), -1);
+    assert_null(meta_node_find(s, 3));
+    assert_int_equal(say_format(s, 1, 1, &err), -1);
+    assert_int_equal(err.code, ERR_VALIDATION);
+    assert_non_null(strstr(err.msg, "up to format 1, and the cluster writes format 2"));
+    assert_int_equal(meta_node_find(s, 1)->format, 2);
+    assert_int_equal(say_format(s, 1, 0, &err), -1);
+    assert_int_equal(say_format(s, 9, 2, &err), -1);
+    assert_int_equal(err.code, ERR_NOT_FOUND);
+    meta_cmd c = reg_cmd(3, "c", "h3", META_NODE_ACTIVE);
+    c.node.format = 2;
+    assert_int_equal(run(s, &c, &err), 0);
+    /* A REMOVED node's format counts no more. */
+    assert_int_equal(say_format(s, 1, 3, &err), 0);
+    assert_int_equal(say_format(s, 3, 3, &err), 0);
+    assert_int_equal(meta_format_ready(s), 3);
+    assert_int_equal(say_format(s, 3, 2, &err), 0);
+    assert_int_equal(set_state(s, 3, META_NODE_DRAINING, 90, &err), 0);
+    assert_int_equal(set_state(s, 3, META_NODE_REMOVED, 91, &err), 0);
+    assert_int_equal(meta_format_ready(s), 3);
+    assert_int_equal(say_format(s, 3, 3, &err), -1); /* removed */
+    assert_int_equal(raise_format(s, 3, &err), 0);
+    assert_int_equal(meta_check(s, &err), 0);
+
+    /* The formats travel in the state; a state from before them reads as format 1. */
+    buf b;
+    buf_init(&b, 0);
+    assert_int_equal(meta_state_encode(s, &b, &err), 0);
+    meta_state *t = meta_state_decode(b.data, b.len, &err);
+    assert_non_null(t);
+    assert_int_equal(meta_format(t), 3);
+    assert_int_equal(meta_node_find(t, 2)->format, 3);
+    assert_int_equal(meta_node_find(t, 3)->format, 2);
+    assert_int_equal(meta_state_digest(t), meta_state_digest(s));
+    meta_free(t);
+    strip_before_checksum(&b, 2 + 3); /* format, count, three nodes */
+    t = meta_state_decode(b.data, b.len, &err);
+    assert_non_null(t);
+    assert_int_equal(meta_format(t), 1);
+    assert_int_equal(meta_node_find(t, 1)->format, 1);
+    meta_free(t);
+    buf_free(&b);
+
+    /* A record says the oldest format that reads it: 2 for a NODE_STATE with a base, 1
+     * otherwise; one newer than this binary's does not decode, and says why. */
+    meta_cmd n = {.kind = META_CMD_NODE_STATE, .now_ms = 7, .state_base = META_NODE_ACTIVE};
+    n.node.id = 1;
+    n.node.state = META_NODE_DOWN;
+    buf_init(&b, 0);
+    assert_int_equal(meta_encode(&n, &b, &err), 0);
+    assert_int_equal(meta_record_format(b.data, b.len), 2);
+    buf_reset(&b);
+    n.state_base = 0;
+    assert_int_equal(meta_encode(&n, &b, &err), 0);
+    assert_int_equal(meta_record_format(b.data, b.len), 1);
+    b.data[0] = META_FORMAT + 1;
+    strip_before_checksum(&b, 0);
+    assert_int_equal(meta_record_format(b.data, b.len), META_FORMAT + 1);
+    meta_cmd d;
+    assert_int_equal(meta_decode(b.data, b.len, &d, &err), -1);
+    assert_int_equal(err.code, ERR_CORRUPT);
+    assert_non_null(strstr(err.msg, "newer than this binary's"));
+    assert_int_equal(meta_record_format(b.data, 0), 0);
+    /* The new kinds round-trip. */
+    buf_reset(&b);
+    assert_int_equal(
+        meta_encode(&(meta_cmd){.kind = META_CMD_CLUSTER_FORMAT, .format = 7}, &b, &err), 0);
+    assert_int_equal(meta_decode(b.data, b.len, &d, &err), 0);
+    assert_int_equal(d.kind, META_CMD_CLUSTER_FORMAT);
+    assert_int_equal(d.format, 7);
+    buf_reset(&b);
+    meta_cmd f = {.kind = META_CMD_NODE_FORMAT};
+    f.node.id = 300;
+    f.node.format = 4;
+    assert_int_equal(meta_encode(&f, &b, &err), 0);
+    assert_int_equal(meta_decode(b.data, b.len, &d, &err), 0);
+    assert_int_equal(d.node.id, 300);
+    assert_int_equal(d.node.format, 4);
+    buf_free(&b);
+    meta_free(s);
+}
+
 /* A node's incarnation goes with its registration and the state; records and states
  * written before it existed read as 0. */
 static void test_incarnation(void **state)
@@ -856,7 +990,7 @@ static void test_incarnation(void **state)
     meta_state *s = meta_new();
     assert_int_equal(meta_apply(s, b.data, b.len, &err), 0);
     assert_int_equal(meta_node_find(s, 7)->incarnation, 99);
-    strip_before_checksum(&b, 8);
+    strip_before_checksum(&b, 8 + 1); /* the incarnation and the format */
     meta_cmd d;
     assert_int_equal(meta_decode(b.data, b.len, &d, &err), 0);
     assert_int_equal(d.node.incarnation, 0);
@@ -870,9 +1004,9 @@ static void test_incarnation(void **state)
     assert_int_equal(meta_node_find(t, 7)->incarnation, 99);
     meta_free(t);
     /* Without the sections after the partitions: the meta group's (3 bytes when not
-     * recorded: epoch 0, seats 0, no member) and the incarnations' (a varint count of 1
-     * and one u64). */
-    strip_before_checksum(&b, 3 + 9);
+     * recorded: epoch 0, seats 0, no member), the incarnations' (a varint count of 1 and
+     * one u64) and the formats' (format, count, one byte). */
+    strip_before_checksum(&b, 3 + 9 + 3);
     t = meta_state_decode(b.data, b.len, &err);
     assert_non_null(t);
     assert_int_equal(meta_node_find(t, 7)->incarnation, 0);
@@ -1065,6 +1199,7 @@ int main(void)
         cmocka_unit_test(test_determinism),
         cmocka_unit_test(test_snapshot),
         cmocka_unit_test(test_incarnation),
+        cmocka_unit_test(test_formats),
         cmocka_unit_test(test_meta_group),
         cmocka_unit_test(test_fsm_apply),
     };
