@@ -44,7 +44,10 @@
  * for the log never joins: mixing versions is safe as long as new fields and kinds wait
  * for their format. A record of a format above META_FORMAT does not decode (ERR_CORRUPT,
  * meta_record_format tells why): the replica that meets one must stop applying, not skip
- * it. Binaries from before formats existed cannot be mixed with these.
+ * it. Binaries from before formats existed cannot be mixed with these. The cluster's
+ * format also governs what partition replicas apply: a new field of a partition command
+ * (protobuf, whose decoders skip fields they do not know) must wait for its format too,
+ * or an older replica would apply another command than the leader meant.
  */
 #include <stdbool.h>
 #include <stddef.h>

@@ -3794,11 +3794,6 @@ static void on_group_status(void *ctx, int status, const strata_err *err, const 
     free(p);
 }
 
-/* Node liveness as the meta leader sees it: an ACTIVE node unreachable for DOWN_AFTER_MS
- * -> DOWN; reachable again -> ACTIVE. A DRAINING node stays DRAINING while unreachable
- * (its replicas move off all the same, and its seat): marked DOWN, it would come back
- * ACTIVE and take replicas again, the operator's drain forgotten. Returns true when it
- * proposed something. */
 /* The cluster's meta format rises once every node reads the next (Formats, meta.h). Not
  * before every member of the meta group registered: a cluster just formed, whose nodes
  * of an older version had yet to say so, would refuse them. */
@@ -3821,6 +3816,11 @@ static bool schedule_format(rcluster *c)
     return true;
 }
 
+/* Node liveness as the meta leader sees it: an ACTIVE node unreachable for DOWN_AFTER_MS
+ * -> DOWN; reachable again -> ACTIVE. A DRAINING node stays DRAINING while unreachable
+ * (its replicas move off all the same, and its seat): marked DOWN, it would come back
+ * ACTIVE and take replicas again, the operator's drain forgotten. Returns true when it
+ * proposed something. */
 static bool schedule_liveness(rcluster *c)
 {
     uint64_t now = now_ms(c);
