@@ -120,7 +120,13 @@
  *            ms more) and ACTIVE again once it answers (each mark naming the state it saw,
  *            so that it cannot undo a drain that lands first), as stratad's liveness does:
  *            a replica that lets a mark end a drain fails the run (without the check of
- *            the base state in meta.c, seeds 9, 66 and 70 of 1-100 do).
+ *            the base state in meta.c, seeds 63, 108 and 249 of 1-300 do). The last node
+ *            registers as a node of an older version would (meta format 1) and says its
+ *            binary's format (NODE_FORMAT) once upgraded, at a time the seed picks within
+ *            1.5 s; the leader raises the cluster's format once every node reads it, and
+ *            marks name their base state only from then on (Formats, cluster/meta.h). A
+ *            META entry of a format above the cluster's, or a map that breaks meta_check
+ *            (a node reading less than the cluster writes), fails the run.
  *            It plans the seats' next step against its map and committed configuration
  *            (cluster/placement.h, placement_meta_seats, as stratad's schedule_meta_seats:
  *            a learner on the best ACTIVE node, probed and promoted on its own word, the
@@ -169,7 +175,8 @@
  *      entries), check 4 also the ranges and key versions.
  *  10. (--seats) the seats settle: the map's members are group 0's replicas, all voters, as
  *      many as its seats, and no drained node keeps a seat while an ACTIVE node has none;
- *      the cluster's meta format rose to META_FORMAT (every node registered with it).
+ *      the cluster's meta format rose to META_FORMAT once the node registered as of an
+ *      older version was upgraded, and no META entry was of a format above the cluster's.
  * `--inject stale-read|lying-disk|bad-copy|split-no-flush|no-seed|early-promote|early-drop`
  * plants a bug (reads without a barrier, an fsync that lies, an engine snapshot missing its
  * last write, a child started from the parent's last durable state instead of its state
@@ -206,6 +213,7 @@
 #define TRACE_LEN     48
 #define COPY_CHUNK    16 /* indexes per snapshot chunk */
 #define SEAT_DOWN_MS    200 /* --seats: an ACTIVE node unreachable this long is marked DOWN */
+#define UPGRADE_BY_MS   1500 /* --seats: the older node is upgraded before this */
 #define SEAT_REPLACE_MS 300 /* --seats: a voter DOWN this long gives its seat up */
 #define COPY_RETRY_MS 40
 #define COPY_ATTEMPTS 5
@@ -573,6 +581,7 @@ typedef struct sim {
     uint64_t meta_inflight_since;
     uint64_t seat_handover_at;
     uint64_t unreachable_since[MAX_NODES + 1]; /* as the leader marks nodes DOWN (0: seen) */
+    uint64_t upgrade_at; /* when the last node, registered as of meta format 1, is upgraded */
     /* stats */
     uint64_t events, msgs, acked, reads_ok, crashes, busy, snap_points, compactions, installs,
         install_failures, chunks, moves_done, changes, self_removals, transfers_started,
@@ -1117,6 +1126,10 @@ static int apply_meta(sim *s, node *nd, uint64_t index, const uint8_t *rec, size
         meta_free(m);
         return 0;
     }
+    /* Rolling upgrades: no writer uses a format some node may not read yet. */
+    if (meta_record_format(rec, len) > meta_format(m))
+        fail(s, "node %d: META entry at %" PRIu64 " is of format %u, the cluster's is %u", nd->id,
+             index, meta_record_format(rec, len), meta_format(m));
     /* Only an operator ends a drain: a liveness mark (it names the state it was planned
      * from) that lands after a drain must be refused. */
     const meta_node *was = meta_node_find(m, c.node.id);
@@ -1130,6 +1143,8 @@ static int apply_meta(sim *s, node *nd, uint64_t index, const uint8_t *rec, size
     if (drained != 0 && meta_node_find(m, drained)->state != META_NODE_DRAINING)
         fail(s, "node %d: a liveness mark at %" PRIu64 " ended node %" PRIu64 "'s drain", nd->id,
              index, drained);
+    if (meta_check(m, &err) != 0) /* every rule of the map, the formats' among them */
+        fail(s, "node %d: the map after META entry %" PRIu64 ": %s", nd->id, index, err.msg);
     buf b;
     buf_init(&b, 0);
     if (meta_state_encode(m, &b, &err) != 0)
@@ -2629,11 +2644,27 @@ static bool seats_register(sim *s, int l)
         snprintf(c.node.az, sizeof c.node.az, "%s", az[(i - 1) % 3]);
         snprintf(c.node.host, sizeof c.node.host, "h%d", i);
         c.node.state = META_NODE_ACTIVE;
-        c.node.format = META_FORMAT;
+        c.node.format = i == s->nnodes ? 1 : META_FORMAT; /* the last: an older version */
         map_propose(s, l, &c, true);
         return true;
     }
     return false;
+}
+
+/* The last node registered as one of an older version would (meta format 1). Upgraded at
+ * upgrade_at, it says its binary's format once it is up (NODE_FORMAT, as stratad's
+ * reconcile_format); then the cluster's format may rise. True when it proposed. */
+static bool seats_upgrade(sim *s, int l)
+{
+    const meta_node *nd = meta_node_find(s->meta, (uint64_t)s->nnodes);
+    if (nd == NULL || nd->format == META_FORMAT || s->now < s->upgrade_at ||
+        !s->nodes[s->nnodes].up)
+        return false;
+    meta_cmd c = {.kind = META_CMD_NODE_FORMAT, .now_ms = s->now};
+    c.node.id = nd->id;
+    c.node.format = META_FORMAT;
+    map_propose(s, l, &c, true);
+    return true;
 }
 
 /* The cluster's meta format rises once every node reads the next, as stratad's
@@ -2789,7 +2820,8 @@ static void seats_step(sim *s)
     seats_reconcile(s, m, n);
     const meta_partition *g = meta_group(s->meta);
     bool busy = s->meta_inflight && s->now < s->meta_inflight_since + 1000;
-    if (busy || seats_register(s, l) || seats_format(s, l) || seats_liveness(s, l))
+    if (busy || seats_register(s, l) || seats_upgrade(s, l) || seats_format(s, l) ||
+        seats_liveness(s, l))
         return;
     meta_partition config = {.n_members = (uint32_t)n};
     for (size_t k = 0; k < n; k++)
@@ -3074,6 +3106,8 @@ static bool run_seed(uint64_t seed, int nodes_opt, bool verbose)
     s->rejoin = g_rejoin;
     s->learner_says = g_learner_says;
     s->seats = g_seats;
+    /* From the seed, not the generator: the other draws stay as they were. */
+    s->upgrade_at = splitmix64(&x) % UPGRADE_BY_MS;
     s->nvoters = nodes_opt ? nodes_opt : s->seats ? 3 : (seed % 4 == 3 ? 5 : 3);
     /* A spare node for replicas to move to; --seats: a second node in every AZ. */
     s->nnodes = s->nvoters + (s->seats ? 3 : s->moves ? 1 : 0);
