@@ -10,7 +10,7 @@ cluster/meta.h). Nodes 1, 2 and 3 (az1, az2, az3) form the cluster.
     format is 1 and the others' 2; a table takes items through node 3 and they read back
     strongly through node 1.
  b) node 3 restarts as this version ("upgraded"): its NODE_FORMAT says 2, and the meta
-    leader moves the cluster to format 2 (it says so in its log); every node sees it.
+    leader moves the cluster to format 2; every node sees it and says so in its log.
  c) node 4 (az3), of the older version, asks to join: refused, it stops with a non-zero
     status and says why. It never enters the map.
  d) node 2 restarts as the older version ("downgraded"): it stops with a non-zero status
