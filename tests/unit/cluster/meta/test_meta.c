@@ -770,6 +770,16 @@ static void test_determinism(void **state)
     meta_free(c);
 }
 
+/* `s` encoded into `enc` (appended) and decoded again, as a snapshot is restored. */
+static meta_state *round_trip(const meta_state *s, buf *enc)
+{
+    strata_err err;
+    assert_int_equal(meta_state_encode(s, enc, &err), 0);
+    meta_state *t = meta_state_decode(enc->data, enc->len, &err);
+    assert_non_null(t);
+    return t;
+}
+
 /* `enc` (a record or a state: checksum last) without the `cut` bytes before its checksum,
  * checksummed again: what a version before the last field wrote. */
 static void strip_before_checksum(buf *enc, size_t cut)
@@ -915,9 +925,7 @@ static void test_formats(void **state)
     /* The formats travel in the state; a state from before them reads as format 1. */
     buf b;
     buf_init(&b, 0);
-    assert_int_equal(meta_state_encode(s, &b, &err), 0);
-    meta_state *t = meta_state_decode(b.data, b.len, &err);
-    assert_non_null(t);
+    meta_state *t = round_trip(s, &b);
     assert_int_equal(meta_format(t), 3);
     assert_int_equal(meta_node_find(t, 2)->format, 3);
     assert_int_equal(meta_node_find(t, 3)->format, 2);
@@ -998,9 +1006,7 @@ static void test_incarnation(void **state)
     buf_free(&b);
 
     buf_init(&b, 0);
-    assert_int_equal(meta_state_encode(s, &b, &err), 0);
-    meta_state *t = meta_state_decode(b.data, b.len, &err);
-    assert_non_null(t);
+    meta_state *t = round_trip(s, &b);
     assert_int_equal(meta_node_find(t, 7)->incarnation, 99);
     meta_free(t);
     /* Without the sections after the partitions: the meta group's (3 bytes when not
@@ -1091,9 +1097,7 @@ static void test_meta_group(void **state)
     /* The state carries the seats; digests agree after a round trip. */
     buf b;
     buf_init(&b, 0);
-    assert_int_equal(meta_state_encode(s, &b, &err), 0);
-    meta_state *t = meta_state_decode(b.data, b.len, &err);
-    assert_non_null(t);
+    meta_state *t = round_trip(s, &b);
     assert_int_equal(meta_group(t)->epoch, 4);
     assert_int_equal(meta_group_seats(t), 3);
     assert_int_equal(meta_group(t)->n_members, 3);
