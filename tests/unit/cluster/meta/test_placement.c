@@ -1349,7 +1349,7 @@ static void test_seats_candidate_prefers_a_new_az(void **state)
 }
 
 /* The configuration follows the map one change at a time: add (a learner), promote,
- * remove, in that order; nothing once they agree. */
+ * remove, in that order, but for a full configuration; nothing once they agree. */
 static void test_config_next(void **state)
 {
     (void)state;
@@ -1367,6 +1367,17 @@ static void test_config_next(void **state)
     meta_partition same = cfg;
     assert_false(placement_config_next(&map, &cfg));
     assert_memory_equal(&same, &cfg, sizeof cfg);
+    /* A configuration of META_MAX_MEMBERS takes no one more: the member the map lacks goes
+     * first, and the missing one is added after that. */
+    map = config_of((const uint64_t[]){1, 2, 3, 0}, (const uint64_t[]){4, 5, 7, 0});
+    cfg = config_of((const uint64_t[]){1, 2, 3, 0}, (const uint64_t[]){4, 5, 6, 0});
+    assert_int_equal(cfg.n_members, META_MAX_MEMBERS);
+    assert_true(placement_config_next(&map, &cfg)); /* 6 removed */
+    assert_int_equal(cfg.n_members, META_MAX_MEMBERS - 1);
+    assert_false(meta_partition_has(&cfg, 6, NULL));
+    assert_true(placement_config_next(&map, &cfg)); /* 7 added */
+    assert_true(meta_partition_has(&cfg, 7, NULL));
+    assert_false(placement_config_next(&map, &cfg));
 }
 
 /* Every voter drained (nodes 1-3, to be replaced by 4-6): the leader cannot hand over to
