@@ -2823,6 +2823,10 @@ static void seats_step(sim *s)
     if (busy || seats_register(s, l) || seats_upgrade(s, l) || seats_format(s, l) ||
         seats_liveness(s, l))
         return;
+    if (n > META_MAX_MEMBERS) { /* changes add only up to it (placement_config_next) */
+        fail(s, "group 0: %zu members in its configuration, more than a map names", n);
+        return;
+    }
     meta_partition config = {.n_members = (uint32_t)n};
     for (size_t k = 0; k < n; k++)
         config.members[k] =
