@@ -3800,7 +3800,7 @@ static void on_group_status(void *ctx, int status, const strata_err *err, const 
 static bool schedule_format(rcluster *c)
 {
     uint32_t ready = meta_format_ready(c->meta);
-    raft_host_member m[MAX_META_VOTERS + META_MAX_MEMBERS];
+    raft_host_member m[META_MAX_MEMBERS + 2]; /* as the other callers */
     size_t n;
     bool pending;
     if (ready <= meta_format(c->meta) ||
