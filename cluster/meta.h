@@ -45,9 +45,10 @@
  * for their format. A record of a format above META_FORMAT does not decode (ERR_CORRUPT,
  * meta_record_format tells why): the replica that meets one must stop applying, not skip
  * it. Binaries from before formats existed cannot be mixed with these. The cluster's
- * format also governs what partition replicas apply: a new field of a partition command
- * (protobuf, whose decoders skip fields they do not know) must wait for its format too,
- * or an older replica would apply another command than the leader meant.
+ * format also governs what partition replicas apply: a new partition log entry, SPLIT
+ * version, write kind or write field waits for its format too. A replica that meets one
+ * anyway stops applying that partition rather than apply another command than the leader
+ * meant (cluster/partition_entry.h).
  */
 #include <stdbool.h>
 #include <stddef.h>

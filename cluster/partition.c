@@ -563,6 +563,15 @@ out:
     return rc;
 }
 
+/* Whether this binary knows everything in the command (see partition_apply in the header).
+ * Kind 0 is no newer binary's: such a command is answered (it has no key). */
+static bool command_known(const Strata__PartitionWrite *m)
+{
+    return m->base.n_unknown_fields == 0 &&
+           m->kind >= STRATA__PARTITION_WRITE__KIND__KIND_UNSPECIFIED &&
+           m->kind <= STRATA__PARTITION_WRITE__KIND__DELETE;
+}
+
 int partition_apply(struct lsm *engine, const partition_desc *p, const uint8_t *cmd, size_t len,
                     uint64_t log_index, buf *result, strata_err *err)
 {
@@ -574,6 +583,13 @@ int partition_apply(struct lsm *engine, const partition_desc *p, const uint8_t *
     int rc = 0;
 
     Strata__PartitionWrite *m = strata__partition_write__unpack(&alloc, len, cmd);
+    if (m != NULL && !command_known(m)) {
+        strata_err_set(err, ERR_NEWER,
+                       "write command of a newer version (kind %d, %u unknown fields)",
+                       (int)m->kind, m->base.n_unknown_fields);
+        arena_free(&a);
+        return -1;
+    }
     if (m == NULL) {
         /* The log checksums its entries, so this is a bug, not corruption: answer it
          * (deterministically) rather than stopping the replica. */

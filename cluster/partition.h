@@ -19,12 +19,15 @@
  * after an update, ...) is NOT an apply failure: partition_apply() returns 0 and the
  * failure is in the result. So is a command that does not decode or was routed to the
  * wrong partition (table id or key hash outside p: ERR_INTERNAL in the result).
- * partition_apply() returns -1 only when the engine fails, with nothing applied and
- * nothing appended to `result`: ERR_BUSY (engine back-pressure: apply the same entry
- * again after lsm_on_writable), or ERR_IO / ERR_NOMEM / the engine's sticky error (the
- * replica cannot continue past that entry). A command that writes nothing (failed
- * condition, an update that leaves no item) records no log index in the engine;
- * replaying it is harmless.
+ * partition_apply() returns -1 only when the engine fails or the command is a newer
+ * binary's, with nothing applied and nothing appended to `result`: ERR_BUSY (engine
+ * back-pressure: apply the same entry again after lsm_on_writable), ERR_IO / ERR_NOMEM /
+ * the engine's sticky error (the replica cannot continue past that entry), or
+ * ERR_NEWER for a command with a kind or a field this binary does not know
+ * (protobuf's unknown fields): applying the rest of it would leave this replica apart from
+ * the newer ones, so the replica stops there (Formats, cluster/partition_entry.h).
+ * A command that writes nothing (failed condition, an update that leaves no item) records
+ * no log index in the engine; replaying it is harmless.
  *
  * Result bytes may be EMPTY (a successful command with nothing to report, e.g. deleting a
  * missing item): partition_result_decode() accepts them.

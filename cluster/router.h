@@ -61,7 +61,9 @@ typedef struct {
  *
  * apply: exactly cluster/partition.h's partition_apply(): applies one command at
  *   `log_index` (engine writes carry range_id = p->id and log_index), deterministic,
- *   appends the result bytes to `result`; -1 only when the engine fails.
+ *   appends the result bytes to `result`; -1 only when the engine fails, or with
+ *   ERR_NEWER for a command of a newer binary (the replica then stops: Formats in
+ *   cluster/partition_entry.h).
  * result_stats (may be NULL): the change of the partition's item count and size caused
  *   by a command, from its result bytes (for ItemCount / TableSizeBytes).
  * read (may be NULL: partition_read): runs a read on the local engine.

@@ -76,6 +76,7 @@
 #include "cluster/held_msgs.h"
 #include "cluster/pstats.h"
 #include "cluster/snap_chunk.h"
+#include "cluster/partition_entry.h"
 #include "cluster/split.h"
 #include "cluster/raft/raft_host_uv.h"
 #include "cluster/raft/raft_wal.h"
@@ -171,17 +172,6 @@ enum {
 #define SPLIT_ATTEMPTS       8    /* re-proposals of a map split that lost its child id */
 #define AUTO_SPLIT_RETRY_MS  2000 /* a partition's leader asks for a split at most this often */
 #define HOT_KEY_SAY_MS       60000 /* a hot key that blocks a split is logged this often */
-#define ENTRY_WRITE          0xFE /* log entry: u8 0xFE | u64be key hash | write command */
-/* Log entry of a child's leader (snapshots_tick): changes no data, records its index in the
- * engine. 0xFF starts no protobuf message (as SPLIT_CMD_MAGIC0); 'N' is not the SPLIT's. */
-#define ENTRY_CHILD_NOOP0 0xFF
-#define ENTRY_CHILD_NOOP1 'N'
-/* Log entry a parent's leader appends before its SPLIT (follow_map_splits): changes no
- * data, records its index, and makes every replica flush its engine now, so that the
- * flush the SPLIT waits for (split_write) finds a small memtable: the child's half of the
- * range takes no writes from the SPLIT until the child has a leader. */
-#define ENTRY_FLUSH_HINT0  0xFF
-#define ENTRY_FLUSH_HINT1  'F'
 #define SPLIT_HINT_WAIT_MS 1000 /* a leader proposes its SPLIT after this long regardless */
 #define JOIN_CHECK_MS     250 /* an empty replica asks the members again this often */
 #define STATUS_CAUGHT_UP  1   /* MSG_GROUP_STATUS answer bits */
@@ -2229,11 +2219,26 @@ static void on_engine_writable(void *arg, const strata_err *err)
  * hash, the entry is done (also when it is replayed after a restart). A further SPLIT
  * waits (BUSY) until the child of the one before exists. A command that does not decode
  * is ignored everywhere. */
+/* An entry of a newer binary (partition_entry.h, Formats in meta.h): skipping it, or
+ * answering it with an error, would leave this replica apart from the newer ones, so the
+ * replica stops applying the partition here (the host fails the group). */
+static int stop_on_newer(const lpart *lp, uint64_t index, const char *what)
+{
+    fprintf(stderr,
+            "stratad: partition %" PRIu64 " entry %" PRIu64 " is %s, which this binary cannot "
+            "read: a node of a newer version wrote it. This replica stops here rather than "
+            "skip it; start the node with a binary of the cluster's version\n",
+            lp->id, index, what);
+    return -1;
+}
+
 static int apply_split(rcluster *c, lpart *lp, uint64_t index, const void *cmd, size_t len)
 {
     split_cmd sc;
     strata_err err;
     if (split_cmd_decode(cmd, len, &sc, &err) < 0) {
+        if (err.code == ERR_NEWER)
+            return stop_on_newer(lp, index, "a SPLIT of a newer version");
         fprintf(stderr, "stratad: partition %" PRIu64 " entry %" PRIu64 ": %s (ignored)\n",
                 lp->id, index, err.msg);
         return 0;
@@ -2290,7 +2295,9 @@ static bool hint_flush_running(const rcluster *c)
     return c->hint_flush_done != c->hint_flush_started;
 }
 
-/* A flush hint (ENTRY_FLUSH_HINT0): recorded like a no-op, and the engine flushes unless
+/* A flush hint (partition_entry.h), appended by a parent's leader before its SPLIT
+ * (follow_map_splits) so that the flush the SPLIT waits for (split_write) finds a small
+ * memtable: recorded like a no-op, and the engine flushes unless
  * a hint's flush is running already (it shrinks the memtable just as well). */
 static int apply_flush_hint(rcluster *c, lpart *lp, uint64_t index)
 {
@@ -2314,15 +2321,22 @@ static int apply_partition(rcluster *c, uint64_t group, uint64_t index, const vo
         return -1;
     if (lp->poisoned)
         return RAFT_HOST_APPLY_BUSY; /* partial state: only a completed copy may follow */
-    const uint8_t *b = cmd;
-    if (split_cmd_is(b, len))
+    pentry_kind kind = pentry_kind_of(cmd, len);
+    switch (kind) {
+    case PENTRY_SPLIT:
         return apply_split(c, lp, index, cmd, len);
-    if (len == 2 && b[0] == ENTRY_CHILD_NOOP0 && b[1] == ENTRY_CHILD_NOOP1)
+    case PENTRY_CHILD_NOOP:
         return apply_noop(c, lp, index);
-    if (len == 2 && b[0] == ENTRY_FLUSH_HINT0 && b[1] == ENTRY_FLUSH_HINT1)
+    case PENTRY_FLUSH_HINT:
         return apply_flush_hint(c, lp, index);
-    bool has_hash = len >= 9 && b[0] == ENTRY_WRITE;
-    uint64_t h = has_hash ? get_be64(b + 1) : 0;
+    case PENTRY_NEWER:
+        return stop_on_newer(lp, index, "an entry of a newer binary");
+    case PENTRY_WRITE:
+    case PENTRY_BARE_WRITE:
+        break;
+    }
+    bool has_hash = kind == PENTRY_WRITE;
+    uint64_t h = has_hash ? pentry_write_hash(cmd) : 0;
     if (has_hash) {
         if (h < lp->desc.hash_lo || h > lp->desc.hash_hi) {
             uint8_t *m = malloc(sizeof MOVED_RESULT);
@@ -2333,8 +2347,8 @@ static int apply_partition(rcluster *c, uint64_t group, uint64_t index, const vo
             *result_len = sizeof MOVED_RESULT;
             return 0;
         }
-        cmd = b + 9;
-        len -= 9;
+        cmd = (const uint8_t *)cmd + PENTRY_WRITE_HEADER;
+        len -= PENTRY_WRITE_HEADER;
     }
     buf res;
     buf_init(&res, 0);
@@ -2347,6 +2361,8 @@ static int apply_partition(rcluster *c, uint64_t group, uint64_t index, const vo
             lsm_on_writable(c->engine, on_engine_writable, c);
             return RAFT_HOST_APPLY_BUSY;
         }
+        if (err.code == ERR_NEWER)
+            return stop_on_newer(lp, index, "a write command of a newer version");
         fprintf(stderr, "stratad: partition %" PRIu64 " cannot apply entry %" PRIu64 ": %s\n",
                 group, index, err.msg);
         return -1;
@@ -2373,7 +2389,8 @@ static int apply_partition(rcluster *c, uint64_t group, uint64_t index, const vo
     if (raft_host_is_leader(c->host, group))
         capacity_charge(c->cap, lp->desc.table_id, group, CAP_WRITE,
                         (int64_t)c->sm.write_units(res.data, res.len) * CAP_NANO,
-                        router_write_reserve(has_hash ? len + 9 : len), has_hash, h, now_ms(c));
+                        router_write_reserve(has_hash ? len + PENTRY_WRITE_HEADER : len), has_hash,
+                        h, now_ms(c));
     *result = res.data; /* the host frees it */
     *result_len = res.len;
     return 0;
@@ -3072,8 +3089,8 @@ static void child_noop(rcluster *c, lpart *lp)
     if (f == NULL)
         return;
     *f = (split_flush){.c = c, .pid = lp->id};
-    const uint8_t cmd[2] = {ENTRY_CHILD_NOOP0, ENTRY_CHILD_NOOP1};
-    if (raft_host_submit(c->host, lp->id, cmd, sizeof cmd, on_child_noop, f, NULL) < 0) {
+    if (raft_host_submit(c->host, lp->id, pentry_child_noop, PENTRY_MARKER_LEN, on_child_noop, f,
+                         NULL) < 0) {
         free(f);
         return;
     }
@@ -3313,9 +3330,9 @@ static bool split_hint_done(rcluster *c, lpart *lp, uint64_t now)
         lp->hint_at = 0; /* the next SPLIT of this partition sends a hint of its own */
         return true;
     }
-    const uint8_t cmd[2] = {ENTRY_FLUSH_HINT0, ENTRY_FLUSH_HINT1};
     lp->hint_flush = 0; /* set when the hint is applied here */
-    if (raft_host_submit(c->host, lp->id, cmd, sizeof cmd, on_hint_proposed, NULL, NULL) < 0)
+    if (raft_host_submit(c->host, lp->id, pentry_flush_hint, PENTRY_MARKER_LEN, on_hint_proposed,
+                         NULL, NULL) < 0)
         return true; /* propose the SPLIT without one */
     lp->hint_at = now;
     return false;
@@ -7011,12 +7028,11 @@ int rcluster_write(rcluster *c, uint32_t table_id, uint64_t hash, const uint8_t 
         return strata_err_set(err, ERR_RESOURCE_NOT_FOUND, "Requested resource not found");
     /* The log entry carries the key's hash: a replica that no longer owns it (a split
      * applied before this entry) refuses it unapplied, and the router sends it on. */
-    op *o = op_new(c, OP_WRITE, NULL, 9 + len);
+    op *o = op_new(c, OP_WRITE, NULL, PENTRY_WRITE_HEADER + len);
     if (o == NULL)
         return strata_err_set(err, ERR_NOMEM, "out of memory");
-    o->data[0] = ENTRY_WRITE;
-    put_be(o->data + 1, hash, 8);
-    memcpy(o->data + 9, cmd, len);
+    pentry_write_header(o->data, hash);
+    memcpy(o->data + PENTRY_WRITE_HEADER, cmd, len);
     o->pid = mp->id;
     o->hash = hash;
     o->table_id = table_id;

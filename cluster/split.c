@@ -88,6 +88,10 @@ int split_cmd_decode(const uint8_t *b, size_t len, split_cmd *out, strata_err *e
     rd_init(&r, b + 2, body - 2);
     memset(out, 0, sizeof *out);
     uint8_t v = rd_u8(&r);
+    if (!r.failed && v > SPLIT_VERSION)
+        return strata_err_set(err, ERR_NEWER,
+                              "SPLIT command of version %u: this binary reads version %d", v,
+                              SPLIT_VERSION);
     out->child_id = rd_varint(&r);
     out->split_hash = rd_u64be(&r);
     if (r.failed || v != SPLIT_VERSION || out->child_id == 0 ||

@@ -14,6 +14,9 @@
  *    invalid): split_cmd_is() tells them apart without decoding.
  *      0xFF 'S' | u8 version | varint child id | u64be split hash | u8 n members |
  *      (varint node id | u8 voter)* | u64be xxh3(all before)
+ *    Every version keeps the magic, the version byte after it and the checksum at the
+ *    end, so that a replica tells a newer binary's SPLIT (ERR_NEWER from
+ *    split_cmd_decode: it stops, cluster/partition_entry.h) from a damaged one.
  *    The members are the parent's Raft configuration as its leader saw it when it
  *    proposed: followers apply the command later, after configuration entries of their
  *    own maybe, so only what the command carries is the same on every replica.

@@ -388,6 +388,7 @@ int api_error_status(strata_code code)
     case ERR_CORRUPT:
     case ERR_NOMEM:
     case ERR_NOT_FOUND:
+    case ERR_NEWER:
     case ERR_NONE:
     case ERR_CODE_COUNT:
         return 500;

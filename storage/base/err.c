@@ -57,6 +57,7 @@ static const char *const code_names[ERR_CODE_COUNT] = {
     [ERR_NOMEM] = "OutOfMemory",
     [ERR_NOT_FOUND] = "NotFound",
     [ERR_BUSY] = "Busy",
+    [ERR_NEWER] = "NewerFormat",
 };
 
 const char *strata_code_name(strata_code code)

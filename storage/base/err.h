@@ -15,33 +15,34 @@
 typedef enum {
     ERR_NONE = 0,
     /* DynamoDB error types (client errors, HTTP 400 unless noted). */
-    ERR_VALIDATION,            /* ValidationException */
-    ERR_SERIALIZATION,         /* SerializationException: body is not the expected JSON */
-    ERR_CONDITIONAL_CHECK,     /* ConditionalCheckFailedException */
-    ERR_RESOURCE_NOT_FOUND,    /* ResourceNotFoundException */
-    ERR_RESOURCE_IN_USE,       /* ResourceInUseException */
-    ERR_LIMIT_EXCEEDED,        /* LimitExceededException */
-    ERR_THROUGHPUT_EXCEEDED,   /* ProvisionedThroughputExceededException */
-    ERR_REQUEST_LIMIT,         /* RequestLimitExceeded */
-    ERR_THROTTLING,            /* ThrottlingException */
-    ERR_ITEM_COLLECTION_SIZE,  /* ItemCollectionSizeLimitExceededException */
-    ERR_TRANSACTION_CANCELED,  /* TransactionCanceledException */
-    ERR_TRANSACTION_CONFLICT,  /* TransactionConflictException */
+    ERR_VALIDATION,              /* ValidationException */
+    ERR_SERIALIZATION,           /* SerializationException: body is not the expected JSON */
+    ERR_CONDITIONAL_CHECK,       /* ConditionalCheckFailedException */
+    ERR_RESOURCE_NOT_FOUND,      /* ResourceNotFoundException */
+    ERR_RESOURCE_IN_USE,         /* ResourceInUseException */
+    ERR_LIMIT_EXCEEDED,          /* LimitExceededException */
+    ERR_THROUGHPUT_EXCEEDED,     /* ProvisionedThroughputExceededException */
+    ERR_REQUEST_LIMIT,           /* RequestLimitExceeded */
+    ERR_THROTTLING,              /* ThrottlingException */
+    ERR_ITEM_COLLECTION_SIZE,    /* ItemCollectionSizeLimitExceededException */
+    ERR_TRANSACTION_CANCELED,    /* TransactionCanceledException */
+    ERR_TRANSACTION_CONFLICT,    /* TransactionConflictException */
     ERR_TRANSACTION_IN_PROGRESS, /* TransactionInProgressException */
-    ERR_IDEMPOTENT_MISMATCH,   /* IdempotentParameterMismatchException */
-    ERR_MISSING_AUTH,          /* MissingAuthenticationTokenException */
-    ERR_UNRECOGNIZED_CLIENT,   /* UnrecognizedClientException */
-    ERR_INCOMPLETE_SIGNATURE,  /* IncompleteSignatureException */
-    ERR_ACCESS_DENIED,         /* AccessDeniedException */
-    ERR_UNKNOWN_OPERATION,     /* UnknownOperationException */
-    ERR_INTERNAL,              /* InternalServerError, HTTP 500 */
-    ERR_UNAVAILABLE,           /* ServiceUnavailable, HTTP 503 (retryable) */
+    ERR_IDEMPOTENT_MISMATCH,     /* IdempotentParameterMismatchException */
+    ERR_MISSING_AUTH,            /* MissingAuthenticationTokenException */
+    ERR_UNRECOGNIZED_CLIENT,     /* UnrecognizedClientException */
+    ERR_INCOMPLETE_SIGNATURE,    /* IncompleteSignatureException */
+    ERR_ACCESS_DENIED,           /* AccessDeniedException */
+    ERR_UNKNOWN_OPERATION,       /* UnknownOperationException */
+    ERR_INTERNAL,                /* InternalServerError, HTTP 500 */
+    ERR_UNAVAILABLE,             /* ServiceUnavailable, HTTP 503 (retryable) */
     /* Internal classes; the API layer reports them as InternalServerError. */
-    ERR_IO,                    /* a system call failed; message has the path and errno text */
-    ERR_CORRUPT,               /* checksum or format mismatch in stored or received bytes */
-    ERR_NOMEM,                 /* allocation failed or a configured memory bound was hit */
-    ERR_NOT_FOUND,             /* an internal lookup found nothing (not a DynamoDB error) */
-    ERR_BUSY,                  /* back-pressure: try again later */
+    ERR_IO,        /* a system call failed; message has the path and errno text */
+    ERR_CORRUPT,   /* checksum or format mismatch in stored or received bytes */
+    ERR_NOMEM,     /* allocation failed or a configured memory bound was hit */
+    ERR_NOT_FOUND, /* an internal lookup found nothing (not a DynamoDB error) */
+    ERR_BUSY,      /* back-pressure: try again later */
+    ERR_NEWER,     /* bytes of a newer binary's format, which this one cannot read */
     ERR_CODE_COUNT
 } strata_code;
 

@@ -1,12 +1,14 @@
 /*
  * Split commands (from a partition's log) and range records (from the engine), both
  * cluster/split.h: any bytes are refused or decode to a value that encodes back to the
- * same bytes.
+ * same bytes. Any bytes as a partition log entry (cluster/partition_entry.h): a SPLIT is
+ * classified as one, and only a SPLIT; a newer binary's SPLIT is never decoded.
  */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cluster/partition_entry.h"
 #include "cluster/split.h"
 
 static void check(int cond)
@@ -24,8 +26,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     strata_err err;
     split_cmd c;
-    if (split_cmd_decode(data, size, &c, &err) == 0) {
-        check(split_cmd_is(data, size));
+    pentry_kind kind = pentry_kind_of(data, size);
+    check((kind == PENTRY_SPLIT) == split_cmd_is(data, size));
+    check(kind != PENTRY_WRITE || (size >= PENTRY_WRITE_HEADER && data[0] == 0xFE));
+    check(kind != PENTRY_BARE_WRITE || size == 0 || data[0] < 0x80);
+    int decoded = split_cmd_decode(data, size, &c, &err);
+    check(decoded == 0 || err.code == ERR_CORRUPT || (err.code == ERR_NEWER && data[2] > 1));
+    if (decoded == 0) {
+        check(kind == PENTRY_SPLIT);
         check(c.n_members >= 1 && c.n_members <= SPLIT_MAX_MEMBERS);
         buf b;
         buf_init(&b, 0);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <xxhash.h>
 
 #include "cluster/split.h"
 
@@ -42,6 +43,30 @@ static void test_cmd_roundtrip(void **state)
         assert_int_equal(err.code, ERR_CORRUPT);
         b.data[i] ^= 0x41;
     }
+    buf_free(&b);
+}
+
+/* A SPLIT of a version above SPLIT_VERSION, intact, is a newer binary's (ERR_NEWER: the
+ * replica stops), not a damaged one (ERR_CORRUPT: ignored). */
+static void test_cmd_newer_version(void **state)
+{
+    (void)state;
+    split_cmd c = sample_cmd(), d;
+    buf b;
+    buf_init(&b, 0);
+    strata_err err;
+    assert_int_equal(split_cmd_encode(&c, &b, &err), 0);
+    assert_int_equal(b.data[2], SPLIT_VERSION);
+    b.data[2] = SPLIT_VERSION + 1;
+    size_t body = b.len - 8;
+    uint64_t sum = XXH3_64bits(b.data, body);
+    for (int i = 0; i < 8; i++)
+        b.data[body + i] = (uint8_t)(sum >> (56 - 8 * i));
+    assert_int_equal(split_cmd_decode(b.data, b.len, &d, &err), -1);
+    assert_int_equal(err.code, ERR_NEWER);
+    b.data[body] ^= 1; /* the same, damaged */
+    assert_int_equal(split_cmd_decode(b.data, b.len, &d, &err), -1);
+    assert_int_equal(err.code, ERR_CORRUPT);
     buf_free(&b);
 }
 
@@ -185,13 +210,10 @@ static void test_weighted_hot_and_few(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_cmd_roundtrip),
-        cmocka_unit_test(test_cmd_rules),
-        cmocka_unit_test(test_range_roundtrip),
-        cmocka_unit_test(test_split_point),
-        cmocka_unit_test(test_weighted_even),
-        cmocka_unit_test(test_weighted_skew),
-        cmocka_unit_test(test_weighted_hot_and_few),
+        cmocka_unit_test(test_cmd_roundtrip), cmocka_unit_test(test_cmd_newer_version),
+        cmocka_unit_test(test_cmd_rules),     cmocka_unit_test(test_range_roundtrip),
+        cmocka_unit_test(test_split_point),   cmocka_unit_test(test_weighted_even),
+        cmocka_unit_test(test_weighted_skew), cmocka_unit_test(test_weighted_hot_and_few),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -575,6 +575,50 @@ static void test_bad_command(void **state)
     assert_int_equal(partition_result_decode(junk2, sizeof junk2, &f->a, &r, &err), -1);
 }
 
+/* A command of a newer binary (a kind or a field this one does not know) is neither
+ * applied nor answered: partition_apply fails with ERR_NEWER and the replica stops
+ * (Formats, cluster/partition_entry.h). */
+static void test_newer_command(void **state)
+{
+    fx *f = *state;
+    partition_write w = base_write(f, PARTITION_PUT, key_hash_only(f, "n"));
+    w.item = map_of(&f->a, "pk", s_val("n"), NULL);
+    buf cmd, res;
+    buf_init(&cmd, 0);
+    buf_init(&res, 0);
+    strata_err err;
+    assert_int_equal(partition_write_encode(&w, &cmd, &err), 0);
+    assert_true(cmd.len >= 2 && cmd.data[0] == 0x08 && cmd.data[1] == PARTITION_PUT);
+    /* Field 99 (varint 1) appended: protobuf would skip it. */
+    const uint8_t field99[] = {0x98, 0x06, 0x01};
+    buf_append(&cmd, field99, sizeof field99);
+    assert_int_equal(partition_apply(f->db, &f->part, cmd.data, cmd.len, 1, &res, &err), -1);
+    assert_int_equal(err.code, ERR_NEWER);
+    assert_int_equal(res.len, 0);
+    cmd.len -= sizeof field99;
+    /* Kind 4 and kind -1 (a ten-byte varint). */
+    cmd.data[1] = 4;
+    assert_int_equal(partition_apply(f->db, &f->part, cmd.data, cmd.len, 1, &res, &err), -1);
+    assert_int_equal(err.code, ERR_NEWER);
+    buf neg;
+    buf_init(&neg, 0);
+    const uint8_t kind_minus_one[] = {0x08, 0xff, 0xff, 0xff, 0xff, 0xff,
+                                      0xff, 0xff, 0xff, 0xff, 0x01};
+    buf_append(&neg, kind_minus_one, sizeof kind_minus_one);
+    buf_append(&neg, cmd.data + 2, cmd.len - 2);
+    assert_int_equal(partition_apply(f->db, &f->part, neg.data, neg.len, 1, &res, &err), -1);
+    assert_int_equal(err.code, ERR_NEWER);
+    assert_int_equal(res.len, 0);
+    assert_null(get(f, key_hash_only(f, "n")));
+    /* The same command as this binary wrote it applies. */
+    cmd.data[1] = PARTITION_PUT;
+    assert_int_equal(partition_apply(f->db, &f->part, cmd.data, cmd.len, 1, &res, &err), 0);
+    assert_non_null(get(f, key_hash_only(f, "n")));
+    buf_free(&neg);
+    buf_free(&res);
+    buf_free(&cmd);
+}
+
 /* ------------------------------------------------------------------ read tests */
 
 static void put_range(fx *f, const char *pk, int sk, size_t pad)
@@ -919,6 +963,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_delete, setup_hash, teardown),
         cmocka_unit_test_setup_teardown(test_deterministic, setup_hash, teardown),
         cmocka_unit_test_setup_teardown(test_bad_command, setup_hash, teardown),
+        cmocka_unit_test_setup_teardown(test_newer_command, setup_hash, teardown),
         cmocka_unit_test_setup_teardown(test_query_ranges, setup_range, teardown),
         cmocka_unit_test_setup_teardown(test_query_limit_and_resume, setup_range, teardown),
         cmocka_unit_test_setup_teardown(test_query_page_1mb_filter_projection, setup_range,
