@@ -304,7 +304,9 @@ bool router_storage_failed(const router *r, strata_err *why);
 
 /* True once the cluster refused this node's join for good: its --node-id is a member's,
  * registered from another data directory (a replaced disk, or a second process given
- * the same id), or a removed node's. The node must stop; `why` says what to do. The
+ * the same id), or a removed node's; or once its binary is too old for the cluster (an
+ * older meta format than the cluster's, or a meta or partition log entry of a newer
+ * binary: Formats, cluster/meta.h). The node must stop; `why` says what to do. The
  * data directory's identity (node id, random incarnation) is kept in its file
  * "node-identity", made at the first start; a directory that joined a cluster fails
  * router_open when started under another --node-id. */

@@ -399,7 +399,9 @@ struct rcluster {
 
     /* The cluster map. */
     bool formed; /* the meta voters are known */
-    strata_err refused; /* a join the cluster refused (join_refusal): the node must stop */
+    strata_err refused; /* a join the cluster refused (join_refusal), or a binary too old
+                           for the cluster's log (stop_too_old, stop_on_newer): the node
+                           must stop */
     member members[MAX_META_LIST];
     size_t n_members;
     member known[MAX_KNOWN_NODES]; /* other nodes of the map (see fetch_target) */
@@ -2221,14 +2223,20 @@ static void on_engine_writable(void *arg, const strata_err *err)
  * is ignored everywhere. */
 /* An entry of a newer binary (partition_entry.h, Formats in meta.h): skipping it, or
  * answering it with an error, would leave this replica apart from the newer ones, so the
- * replica stops applying the partition here (the host fails the group). */
-static int stop_on_newer(const lpart *lp, uint64_t index, const char *what)
+ * replica stops applying the partition here (the host fails the group), and the node
+ * stops (rcluster_refused): its binary is too old for the cluster's log. */
+static int stop_on_newer(rcluster *c, const lpart *lp, uint64_t index, const char *what)
 {
     fprintf(stderr,
             "stratad: partition %" PRIu64 " entry %" PRIu64 " is %s, which this binary cannot "
             "read: a node of a newer version wrote it. This replica stops here rather than "
-            "skip it; start the node with a binary of the cluster's version\n",
+            "skip it\n",
             lp->id, index, what);
+    if (c->refused.code == ERR_NONE)
+        strata_err_set(&c->refused, ERR_NEWER,
+                       "partition %" PRIu64 " entry %" PRIu64 " is %s: start this node with a "
+                       "binary of the cluster's version or newer",
+                       lp->id, index, what);
     return -1;
 }
 
@@ -2238,7 +2246,7 @@ static int apply_split(rcluster *c, lpart *lp, uint64_t index, const void *cmd, 
     strata_err err;
     if (split_cmd_decode(cmd, len, &sc, &err) < 0) {
         if (err.code == ERR_NEWER)
-            return stop_on_newer(lp, index, "a SPLIT of a newer version");
+            return stop_on_newer(c, lp, index, "a SPLIT of a newer version");
         fprintf(stderr, "stratad: partition %" PRIu64 " entry %" PRIu64 ": %s (ignored)\n",
                 lp->id, index, err.msg);
         return 0;
@@ -2330,7 +2338,7 @@ static int apply_partition(rcluster *c, uint64_t group, uint64_t index, const vo
     case PENTRY_FLUSH_HINT:
         return apply_flush_hint(c, lp, index);
     case PENTRY_NEWER:
-        return stop_on_newer(lp, index, "an entry of a newer binary");
+        return stop_on_newer(c, lp, index, "an entry of a newer binary");
     case PENTRY_WRITE:
     case PENTRY_BARE_WRITE:
         break;
@@ -2362,7 +2370,7 @@ static int apply_partition(rcluster *c, uint64_t group, uint64_t index, const vo
             return RAFT_HOST_APPLY_BUSY;
         }
         if (err.code == ERR_NEWER)
-            return stop_on_newer(lp, index, "a write command of a newer version");
+            return stop_on_newer(c, lp, index, "a write command of a newer version");
         fprintf(stderr, "stratad: partition %" PRIu64 " cannot apply entry %" PRIu64 ": %s\n",
                 group, index, err.msg);
         return -1;
@@ -2462,6 +2470,11 @@ static int apply_meta(rcluster *c, uint64_t index, const void *data, size_t len,
                 "%d: a node of a newer version wrote it. This node's meta replica stops here "
                 "rather than skip it; start the node with a binary of the cluster's version\n",
                 index, meta_record_format(data, len), META_FORMAT);
+        if (c->refused.code == ERR_NONE)
+            strata_err_set(&c->refused, ERR_NEWER,
+                           "meta entry %" PRIu64 " is of format %u, newer than this binary's "
+                           "%d: start this node with a binary of the cluster's version or newer",
+                           index, meta_record_format(data, len), META_FORMAT);
         return -1; /* the group stops: skipping would leave this map behind the others' */
     }
     int rc = meta_decode(data, len, &cmd, &err);
