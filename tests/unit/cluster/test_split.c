@@ -20,14 +20,23 @@ static split_cmd sample_cmd(void)
     return c;
 }
 
+/* sample_cmd() encoded into b (initialized here). */
+static split_cmd encode_sample(buf *b)
+{
+    split_cmd c = sample_cmd();
+    strata_err err;
+    buf_init(b, 0);
+    assert_int_equal(split_cmd_encode(&c, b, &err), 0);
+    return c;
+}
+
 static void test_cmd_roundtrip(void **state)
 {
     (void)state;
-    split_cmd c = sample_cmd(), d;
+    split_cmd d;
     buf b;
-    buf_init(&b, 0);
+    split_cmd c = encode_sample(&b);
     strata_err err;
-    assert_int_equal(split_cmd_encode(&c, &b, &err), 0);
     assert_true(split_cmd_is(b.data, b.len));
     assert_int_equal(split_cmd_decode(b.data, b.len, &d, &err), 0);
     assert_int_equal(d.child_id, 77);
@@ -51,11 +60,10 @@ static void test_cmd_roundtrip(void **state)
 static void test_cmd_newer_version(void **state)
 {
     (void)state;
-    split_cmd c = sample_cmd(), d;
+    split_cmd d;
     buf b;
-    buf_init(&b, 0);
+    encode_sample(&b);
     strata_err err;
-    assert_int_equal(split_cmd_encode(&c, &b, &err), 0);
     assert_int_equal(b.data[2], SPLIT_VERSION);
     b.data[2] = SPLIT_VERSION + 1;
     size_t body = b.len - 8;
