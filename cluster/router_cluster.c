@@ -2214,13 +2214,6 @@ static void on_engine_writable(void *arg, const strata_err *err)
     kick(arg); /* resume from the loop: this may run inside lsm_write's caller */
 }
 
-/* A SPLIT entry: the replica records both ranges and shrinks the parent, which goes on;
- * once the records are durable it creates the child (splits_step, from the loop: the
- * host's groups cannot be started from inside apply). Until the parent has shrunk the
- * entry is refused (BUSY) and retried; once the parent's range no longer holds the split
- * hash, the entry is done (also when it is replayed after a restart). A further SPLIT
- * waits (BUSY) until the child of the one before exists. A command that does not decode
- * is ignored everywhere. */
 /* An entry of a newer binary (partition_entry.h, Formats in meta.h): skipping it, or
  * answering it with an error, would leave this replica apart from the newer ones, so the
  * replica stops applying the partition here (the host fails the group), and the node
@@ -2240,6 +2233,13 @@ static int stop_on_newer(rcluster *c, const lpart *lp, uint64_t index, const cha
     return -1;
 }
 
+/* A SPLIT entry: the replica records both ranges and shrinks the parent, which goes on;
+ * once the records are durable it creates the child (splits_step, from the loop: the
+ * host's groups cannot be started from inside apply). Until the parent has shrunk the
+ * entry is refused (BUSY) and retried; once the parent's range no longer holds the split
+ * hash, the entry is done (also when it is replayed after a restart). A further SPLIT
+ * waits (BUSY) until the child of the one before exists. A command that does not decode
+ * is ignored everywhere; one of a newer version stops the replica (stop_on_newer). */
 static int apply_split(rcluster *c, lpart *lp, uint64_t index, const void *cmd, size_t len)
 {
     split_cmd sc;
@@ -2305,8 +2305,8 @@ static bool hint_flush_running(const rcluster *c)
 
 /* A flush hint (partition_entry.h), appended by a parent's leader before its SPLIT
  * (follow_map_splits) so that the flush the SPLIT waits for (split_write) finds a small
- * memtable: recorded like a no-op, and the engine flushes unless
- * a hint's flush is running already (it shrinks the memtable just as well). */
+ * memtable: recorded like a no-op, and the engine flushes unless a hint's flush is running
+ * already (it shrinks the memtable just as well). */
 static int apply_flush_hint(rcluster *c, lpart *lp, uint64_t index)
 {
     int rc = apply_noop(c, lp, index);
