@@ -4617,6 +4617,13 @@ static void serve_write(rcluster *c, const uint8_t *data, size_t len, rpc_respon
         rpc_respond_error(resp, ERR_CORRUPT, "malformed partition write");
         return;
     }
+    const uint8_t *entry = data + (len - rd_left(&r));
+    if (pentry_kind_of(entry, rd_left(&r)) == PENTRY_NEWER) {
+        /* A newer router's entry that this leader could not apply: appending it would stop
+         * every replica of an older binary (stop_on_newer), this one first. */
+        rpc_respond_error(resp, ERR_NEWER, "this leader's binary cannot read the entry");
+        return;
+    }
     const meta_partition *mp = meta_partition_find(c->meta, pid);
     if (mp != NULL && epoch < mp->epoch) {
         respond_retry(resp, 0, "stale partition epoch");
@@ -4631,8 +4638,7 @@ static void serve_write(rcluster *c, const uint8_t *data, size_t len, rpc_respon
         return;
     }
     if (!raft_host_is_leader(c->host, pid) ||
-        raft_host_submit(c->host, pid, data + (len - rd_left(&r)), rd_left(&r), on_served_write,
-                         resp, &err) < 0)
+        raft_host_submit(c->host, pid, entry, rd_left(&r), on_served_write, resp, &err) < 0)
         respond_retry(resp, raft_host_leader(c->host, pid), "not the leader");
 }
 
