@@ -10,7 +10,7 @@ PACKAGES=(
   libuv1-dev libprotobuf-c-dev protobuf-c-compiler
   liblz4-dev libxxhash-dev libcmocka-dev libssl-dev libjansson-dev libhttp-parser-dev
   clang libclang-rt-14-dev
-  awscli python3-boto3 python3-pytest wrk curl procps iproute2
+  awscli python3-boto3 python3-pytest python3-xxhash wrk curl procps iproute2
   libnetfilter-queue-dev iptables iputils-ping
 )
 BACKPORTS_PACKAGES=(libraft-dev)
