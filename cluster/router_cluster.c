@@ -7402,6 +7402,12 @@ void rcluster_status_json(rcluster *c, buf *out)
                ",\"batches\":%" PRIu64 ",\"syncs\":%" PRIu64 ",\"holds\":%" PRIu64 "},",
                wal_groups(c->log, NULL, 0), unclaimed_logs(c), ws.segments, ws.ops, ws.batches,
                ws.syncs, ws.holds);
+    rpc_stats rs;
+    rpc_stats_get(c->rpc, &rs);
+    buf_printf(out,
+               "\"rpc\":{\"accepted\":%" PRIu64 ",\"refused\":%" PRIu64
+               ",\"handshake_rejects\":%" PRIu64 ",\"corrupt_frames\":%" PRIu64 "},",
+               rs.accepted, rs.refused, rs.handshake_rejects, rs.corrupt_frames);
     buf_printf(out, "\"nodes\":[");
     for (size_t i = 0; i < meta_node_count(c->meta); i++) {
         const meta_node *n = meta_node_at(c->meta, i);

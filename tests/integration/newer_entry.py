@@ -21,105 +21,22 @@ Every wait polls a condition with a deadline. KEEP=1 keeps the nodes' logs.
 """
 import os
 import re
-import socket
 import struct
 import sys
 
-import xxhash
-
 import meta_seats as S
+import peer as P
 
 AZS = ["az1", "az2", "az3"]
 NODES = [1, 2, 3]
 
-FRAME_MAGIC = 0x53545250
-FRAME_HELLO, FRAME_REQUEST, FRAME_RESPONSE, FRAME_ERROR = 1, 3, 4, 5
-MSG_PART_WRITE = 5
-
-
-def strata_code(name):
-    """The value of `name` in storage/base/err.h's strata_code (ERR_NONE = 0, then in
-    order)."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "storage",
-                        "base", "err.h")
-    with open(path) as f:
-        text = f.read()
-    body = text[text.index("typedef enum {"):text.index("} strata_code;")]
-    names = re.findall(r"^\s+(ERR_\w+)", body, re.M)
-    return names.index(name)
-
-
-ERR_NEWER = strata_code("ERR_NEWER")
-CLUSTER_ID = "strata"  # the cluster name when --cluster-name is not given
+ERR_NEWER = P.strata_code("ERR_NEWER")
 STOP_TEXT = "is a write command of a newer version: start this node with a binary of " \
             "the cluster's version or newer"
 
 
 def log(*a):
     print(*a, flush=True)
-
-
-def varint(v):
-    out = bytearray()
-    while True:
-        b = v & 0x7F
-        v >>= 7
-        out.append(b | (0x80 if v else 0))
-        if not v:
-            return bytes(out)
-
-
-def frame(ftype, msg_type, corr, payload):
-    head = struct.pack(">IBBHIQI", FRAME_MAGIC, 1, ftype, 0, msg_type, corr, len(payload))
-    return head + struct.pack(">Q", xxhash.xxh3_64_intdigest(head + payload)) + payload
-
-
-def read_exact(s, n):
-    data = b""
-    while len(data) < n:
-        chunk = s.recv(n - len(data))
-        assert chunk, "the node closed the peer connection"
-        data += chunk
-    return data
-
-
-def read_frame(s):
-    head = read_exact(s, 32)
-    magic, _, ftype, _, msg_type, corr, length, sum_ = struct.unpack(">IBBHIQIQ", head)
-    payload = read_exact(s, length)
-    assert magic == FRAME_MAGIC, "bad magic"
-    assert sum_ == xxhash.xxh3_64_intdigest(head[:24] + payload), "bad checksum"
-    return ftype, msg_type, corr, payload
-
-
-class Peer:
-    """A connection to a node's peer port that says it is node `me` of the cluster."""
-
-    def __init__(self, pport, me=99):
-        self.s = socket.create_connection(("127.0.0.1", pport), timeout=S.DEADLINE_S)
-        hello = b"\x0a" + varint(len(CLUSTER_ID)) + CLUSTER_ID.encode() + b"\x10" + \
-            varint(me) + b"\x18\x01"
-        self.s.sendall(frame(FRAME_HELLO, 0, 0, hello))
-        ftype = read_frame(self.s)[0]
-        assert ftype == FRAME_HELLO, "no Hello back (frame type %d)" % ftype
-        self.corr = 0
-
-    def send_write(self, pid, epoch, entry):
-        """Sends MSG_PART_WRITE of `entry` to partition pid."""
-        self.corr += 1
-        self.s.sendall(frame(FRAME_REQUEST, MSG_PART_WRITE, self.corr,
-                             varint(pid) + varint(epoch) + entry))
-
-    def write(self, pid, epoch, entry):
-        """send_write, then its answer: (frame type, payload)."""
-        self.send_write(pid, epoch, entry)
-        while True:
-            ftype, _, corr, payload = read_frame(self.s)
-            if corr == self.corr and ftype in (FRAME_RESPONSE, FRAME_ERROR):
-                return ftype, payload
-
-    def close(self):
-        self.s.close()
 
 
 def a_partition(cl):
@@ -183,22 +100,22 @@ def steps(cl, cli):
     S.make_table(S.client(cl.cports[0]), S.TABLE, items)
     pid, epoch, hash_lo, leader = a_partition(cl)
     log("partition %d (epoch %d, from hash %016x) led by node %d" % (pid, epoch, hash_lo, leader))
-    peer = Peer(cl.pports[leader - 1])
+    peer = P.Peer(cl.pports[leader - 1])
+    assert peer.greeted(), "no Hello from node %d" % leader
 
     log("a) entries of a newer framing: refused, nothing appended")
     for entry in (b"\xfdX", b"\xffN\x00", b"\xfe\x00\x01"):
-        ftype, payload = peer.write(pid, epoch, entry)
-        assert ftype == FRAME_ERROR, "entry %r was not refused" % entry
-        code = struct.unpack(">I", payload[:4])[0]
-        assert code == ERR_NEWER, "entry %r: code %d (%r)" % (entry, code, payload[4:])
-        log("entry %r refused: %s" % (entry, payload[4:].decode()))
+        code, msg = P.error_of(peer.request(P.MSG_PART_WRITE, P.part_write(pid, epoch, entry)))
+        assert code == ERR_NEWER, "entry %r: code %d (%s)" % (entry, code, msg)
+        log("entry %r refused: %s" % (entry, msg))
     S.read_all(S.client(cl.cports[1]), items)
     assert all(cl.procs[n].poll() is None for n in NODES), "a node stopped"
     assert not any(cl.said(n, "cannot read") for n in NODES), "a replica met the entry"
 
     log("b) a write command with a field of a newer version: replicas that apply it stop")
     command = b"\x08\x01" + b"\x98\x06\x01"  # kind PUT, then field 99 (varint 1)
-    peer.send_write(pid, epoch, b"\xfe" + struct.pack(">Q", hash_lo) + command)
+    peer.send_request(P.MSG_PART_WRITE,
+                      P.part_write(pid, epoch, b"\xfe" + struct.pack(">Q", hash_lo) + command))
     peer.close()
     # The leader stops once the entry is committed, and so does every follower that hears
     # of the commit before the leader has gone: at least a majority. A follower that did

@@ -1,0 +1,149 @@
+#!/usr/bin/python3
+"""Hostile traffic on a node's peer port: the node closes what is not its cluster's, answers
+malformed requests with an error, bounds what it accepts, and the cluster serves on.
+
+Usage: peer_hostile.py STRATAD STRATA
+Three nodes (az1-az3) and a table with items; a test client of the peer protocol
+(peer.py) against node 2's peer port:
+ a) a Hello of another cluster, of another protocol version, of another frame version,
+    a frame whose checksum does not match, a header that announces a payload over the
+    16 MiB bound, and bytes that are no frame at all: each connection is closed, and the
+    node counts the rejected Hellos and damaged frames (GET /admin/cluster "rpc").
+ b) a connection that says nothing is closed within the handshake deadline (2 s).
+ c) after a good Hello: a request of an unknown type, a partition write whose payload
+    ends inside its varint, one for the meta group, and one for a partition that does
+    not exist are answered with errors, each on the same connection; a valid request
+    sent one byte at a time is answered too.
+ d) a flood of connections, 40 over the 256 the node keeps open: those over it are closed
+    at once (counted as "refused"), the rest at their handshake deadline.
+Then every node still runs, every item reads back strongly through each node, and a write
+through node 2 succeeds.
+Every wait polls a condition with a deadline. KEEP=1 keeps the nodes' logs.
+"""
+import socket
+import struct
+import sys
+
+import meta_seats as S
+import peer as P
+
+AZS = ["az1", "az2", "az3"]
+NODES = [1, 2, 3]
+TARGET = 2
+MAX_INBOUND = 256  # rpc/rpc.c DEFAULT_MAX_INBOUND
+MAX_FRAME = 16 << 20  # rpc/rpc.h max_frame_bytes' default
+
+
+def log(*a):
+    print(*a, flush=True)
+
+
+def rpc_stats(cl):
+    return S.poll(lambda: (cl.admin(TARGET) or {}).get("rpc"), "node %d's rpc stats" % TARGET)
+
+
+def closed_after(cl, what, data, greet=P.hello()):
+    """Sends `data` after `greet` (None: no Hello) and checks the node closes the
+    connection."""
+    c = P.Peer(cl.pports[TARGET - 1], greet)
+    c.send(data)
+    assert c.closed(), what
+    c.close()
+    log("closed: " + what)
+
+
+def a_rejects(cl):
+    before = rpc_stats(cl)
+    good = P.frame(P.FRAME_REQUEST, 999, 1, b"")
+    closed_after(cl, "another cluster's Hello", b"", P.hello(cluster_id="other"))
+    closed_after(cl, "another protocol version", b"", P.hello(protocol=2))
+    closed_after(cl, "another frame version", P.frame(P.FRAME_HELLO, 0, 0, P.hello(), 2), None)
+    bad_sum = bytearray(good)
+    bad_sum[30] ^= 1
+    closed_after(cl, "a checksum that does not match", bytes(bad_sum))
+    huge = struct.pack(">IBBHIQI", P.FRAME_MAGIC, 1, P.FRAME_REQUEST, 0, 999, 1, MAX_FRAME + 1)
+    closed_after(cl, "a payload over the bound", huge + bytes(8) + bytes(4096))
+    closed_after(cl, "bytes that are no frame", b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" * 4, None)
+    after = S.poll(lambda: (lambda s: s["handshake_rejects"] >= before["handshake_rejects"] + 2
+                            and s["corrupt_frames"] >= before["corrupt_frames"] + 4 and s)(
+                                rpc_stats(cl)), "the rejects counted")
+    log("rpc stats before %r, after %r" % (before, after))
+
+
+def b_silent(cl):
+    c = P.Peer(cl.pports[TARGET - 1], None, timeout=10)
+    assert c.closed(), "a silent connection stays open"
+    c.close()
+    log("closed: a connection that says nothing")
+
+
+def c_errors(cl):
+    c = P.Peer(cl.pports[TARGET - 1])
+    assert c.greeted(), "no Hello back"
+    unknown = P.error_of(c.request(999, b"x"))
+    assert unknown[0] == P.strata_code("ERR_UNKNOWN_OPERATION"), unknown
+    for what, payload in (("a payload that ends inside its varint", b"\x80"),
+                          ("a write for the meta group", P.part_write(0, 1, b"\x08\x01")),
+                          ("a write for no partition", P.part_write(1 << 40, 1, b"\x08\x01"))):
+        answer = c.request(P.MSG_PART_WRITE, payload)
+        assert answer is not None, "connection closed on " + what
+        code, msg = P.error_of(answer)
+        log("%s: error %d (%s)" % (what, code, msg))
+    # A valid request, one byte at a time: the stream decoder puts it together.
+    c.corr += 1
+    for b in P.frame(P.FRAME_REQUEST, 999, c.corr, b"slow"):
+        c.send(bytes([b]))
+    f = c.read_frame()
+    assert f is not None and f[2] == c.corr and f[0] == P.FRAME_ERROR, f
+    log("a request sent a byte at a time: answered")
+    c.close()
+
+
+def d_flood(cl):
+    before = rpc_stats(cl)
+    socks = []
+    for _ in range(MAX_INBOUND + 40):
+        socks.append(socket.create_connection(("127.0.0.1", cl.pports[TARGET - 1]), timeout=10))
+    after = S.poll(lambda: (lambda s: s["refused"] >= before["refused"] + 40 and s)(
+        rpc_stats(cl)), "40 connections refused")
+    for s in socks:
+        s.settimeout(10)
+        try:
+            while s.recv(4096):
+                pass
+        except ConnectionResetError:
+            pass
+        s.close()
+    log("flood of %d connections: refused %d" % (len(socks), after["refused"] - before["refused"]))
+
+
+def steps(cl, cli):
+    for n in NODES:
+        cl.start(n)
+    S.poll(lambda: cl.ready(NODES), "nodes 1-3 ready")
+    items = {"k%d" % i: "v%d" % i for i in range(S.ITEMS)}
+    S.make_table(S.client(cl.cports[0]), S.TABLE, items)
+
+    log("a) what is not this cluster's, or not a frame: closed")
+    a_rejects(cl)
+    log("b) a connection that says nothing: closed at the handshake deadline")
+    b_silent(cl)
+    log("c) malformed requests after a good Hello: errors, the connection stays")
+    c_errors(cl)
+    log("d) a flood of connections")
+    d_flood(cl)
+
+    assert all(cl.procs[n].poll() is None for n in NODES), "a node stopped"
+    for n in NODES:
+        S.read_all(S.client(cl.cports[n - 1]), items)
+    S.client(cl.cports[TARGET - 1]).put_item(TableName=S.TABLE,
+                                             Item={"pk": {"S": "after"}, "v": {"S": "x"}})
+    log("every item reads back through every node; a write through node %d succeeds" % TARGET)
+
+
+def main():
+    return S.run("peer_hostile", AZS, steps)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
