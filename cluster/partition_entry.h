@@ -23,7 +23,8 @@
  * and in partition_apply (a PartitionWrite with a kind or a field this binary does not
  * know). The writing side: a new entry, SPLIT version, write kind or PartitionWrite field
  * is proposed only once the cluster's meta format (meta_format) is one whose readers all
- * know it.
+ * know it. In between, a partition leader refuses a forwarded entry that it classifies
+ * PENTRY_NEWER (ERR_NEWER) rather than append what it could not apply.
  */
 #include <stddef.h>
 #include <stdint.h>
