@@ -151,6 +151,17 @@ def make_table(c, name, items):
     return arn
 
 
+def start_with_table(cl, nids):
+    """Starts nodes `nids`, waits until they are ready, and makes table TABLE with ITEMS
+    items through the first; the items ({pk: v})."""
+    for n in nids:
+        cl.start(n)
+    poll(lambda: cl.ready(nids), "nodes %s ready" % nids)
+    items = {"k%d" % i: "v%d" % i for i in range(ITEMS)}
+    make_table(client(cl.cports[nids[0] - 1]), TABLE, items)
+    return items
+
+
 def read_all(c, items):
     for k, v in items.items():
         got = c.get_item(TableName=TABLE, Key={"pk": {"S": k}}, ConsistentRead=True)

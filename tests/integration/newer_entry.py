@@ -93,11 +93,7 @@ def unapplied(cl, pid, index):
 
 
 def steps(cl, cli):
-    for n in NODES:
-        cl.start(n)
-    S.poll(lambda: cl.ready(NODES), "nodes 1-3 ready")
-    items = {"k%d" % i: "v%d" % i for i in range(S.ITEMS)}
-    S.make_table(S.client(cl.cports[0]), S.TABLE, items)
+    items = S.start_with_table(cl, NODES)
     pid, epoch, hash_lo, leader = a_partition(cl)
     log("partition %d (epoch %d, from hash %016x) led by node %d" % (pid, epoch, hash_lo, leader))
     peer = P.Peer(cl.pports[leader - 1])

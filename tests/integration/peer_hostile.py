@@ -118,11 +118,7 @@ def d_flood(cl):
 
 
 def steps(cl, cli):
-    for n in NODES:
-        cl.start(n)
-    S.poll(lambda: cl.ready(NODES), "nodes 1-3 ready")
-    items = {"k%d" % i: "v%d" % i for i in range(S.ITEMS)}
-    S.make_table(S.client(cl.cports[0]), S.TABLE, items)
+    items = S.start_with_table(cl, NODES)
 
     log("a) what is not this cluster's, or not a frame: closed")
     a_rejects(cl)
