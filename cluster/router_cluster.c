@@ -7404,10 +7404,11 @@ void rcluster_status_json(rcluster *c, buf *out)
                ws.syncs, ws.holds);
     rpc_stats rs;
     rpc_stats_get(c->rpc, &rs);
-    buf_printf(out,
-               "\"rpc\":{\"accepted\":%" PRIu64 ",\"refused\":%" PRIu64
-               ",\"handshake_rejects\":%" PRIu64 ",\"corrupt_frames\":%" PRIu64 "},",
-               rs.accepted, rs.refused, rs.handshake_rejects, rs.corrupt_frames);
+    buf_printf(
+        out,
+        "\"rpc\":{\"accepted\":%" PRIu64 ",\"refused\":%" PRIu64 ",\"handshake_rejects\":%" PRIu64
+        ",\"handshake_timeouts\":%" PRIu64 ",\"corrupt_frames\":%" PRIu64 "},",
+        rs.accepted, rs.refused, rs.handshake_rejects, rs.handshake_timeouts, rs.corrupt_frames);
     buf_printf(out, "\"nodes\":[");
     for (size_t i = 0; i < meta_node_count(c->meta); i++) {
         const meta_node *n = meta_node_at(c->meta, i);

@@ -556,6 +556,8 @@ static void conn_fail(conn *c, const char *why)
 static void on_conn_timer(uv_timer_t *t)
 {
     conn *c = t->data;
+    if (!c->outbound && !c->hello_seen)
+        c->r->stats.handshake_timeouts++;
     conn_fail(c, "connect/handshake timed out");
 }
 

@@ -159,6 +159,7 @@ typedef struct {
     uint64_t accepted;          /* inbound connections */
     uint64_t refused;           /* inbound connections closed at once: max_inbound open */
     uint64_t handshake_rejects; /* inbound Hello from a foreign cluster or bad version */
+    uint64_t handshake_timeouts; /* inbound connections closed with no Hello in time */
     uint64_t corrupt_frames;    /* connections closed on a corrupt frame */
 } rpc_stats;
 

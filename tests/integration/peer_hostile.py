@@ -9,7 +9,8 @@ Three nodes (az1-az3) and a table with items; a test client of the peer protocol
     a frame whose checksum does not match, a header that announces a payload over the
     16 MiB bound, and bytes that are no frame at all: each connection is closed, and the
     node counts the rejected Hellos and damaged frames (GET /admin/cluster "rpc").
- b) a connection that says nothing is closed within the handshake deadline (2 s).
+ b) a connection that says nothing is closed within the handshake deadline (2 s), and
+    counted ("handshake_timeouts").
  c) after a good Hello: a request of an unknown type, a partition write whose payload
     ends inside its varint, one for the meta group, and one for a partition that does
     not exist are answered with errors, each on the same connection; a valid request
@@ -72,10 +73,13 @@ def a_rejects(cl):
 
 
 def b_silent(cl):
+    before = rpc_stats(cl)
     c = P.Peer(cl.pports[TARGET - 1], None, timeout=10)
     assert c.closed(), "a silent connection stays open"
     c.close()
-    log("closed: a connection that says nothing")
+    S.poll(lambda: rpc_stats(cl)["handshake_timeouts"] >= before["handshake_timeouts"] + 1,
+           "the silent connection counted")
+    log("closed and counted: a connection that says nothing")
 
 
 def c_errors(cl):

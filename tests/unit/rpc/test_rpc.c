@@ -756,6 +756,9 @@ static void test_silent_client_times_out(void **state)
     uint64_t start = uv_now(&loop);
     assert_true(run_until(raw_eof, c));
     assert_true(uv_now(&loop) - start >= 90);
+    rpc_stats st;
+    rpc_stats_get(b->r, &st);
+    assert_int_equal(st.handshake_timeouts, 1);
     uv_close((uv_handle_t *)&c->tcp, NULL);
     close_node(b);
     uv_run(&loop, UV_RUN_DEFAULT);
