@@ -42,7 +42,8 @@
  * meta leader proposes once every node not REMOVED reads the next one (meta_format_ready);
  * it never falls. A registration or NODE_FORMAT below it is refused, so a binary too old
  * for the log never joins: mixing versions is safe as long as new fields and kinds wait
- * for their format. A record of a format above META_FORMAT does not decode (ERR_CORRUPT,
+ * for their format (the meta leader refuses a proposed record above the cluster's format:
+ * ERR_NEWER). A record of a format above META_FORMAT does not decode (ERR_CORRUPT,
  * meta_record_format tells why): the replica that meets one must stop applying, not skip
  * it. Binaries from before formats existed cannot be mixed with these. The cluster's
  * format also governs what partition replicas apply: a new partition log entry, SPLIT

@@ -4776,6 +4776,12 @@ static void on_served_meta(void *data, const raft_host_outcome *out)
 static void serve_meta_propose(rcluster *c, const uint8_t *data, size_t len, rpc_responder *resp)
 {
     strata_err err;
+    if (c->voter && c->meta_index > 0 && meta_record_format(data, len) > meta_format(c->meta)) {
+        /* Above the cluster's format (Formats, meta.h): some node could not apply it, and
+         * would stop at it (apply_meta). The proposer's binary broke the gate. */
+        rpc_respond_error(resp, ERR_NEWER, "a meta record above the cluster's format");
+        return;
+    }
     if (!c->voter || !raft_host_is_leader(c->host, META_GROUP) ||
         raft_host_submit(c->host, META_GROUP, data, len, on_served_meta, resp, &err) < 0)
         respond_retry(resp, meta_leader(c), "not the meta leader");

@@ -8,7 +8,9 @@ Three nodes (az1-az3) and a table with items. A test client speaks the peer prot
 the router of a newer node would when it forwards a write (MSG_PART_WRITE).
  a) entries framed as no binary of this version frames them (a first byte kept for later
     formats, a no-op marker with a payload): the leader refuses them (ERR_NEWER) and
-    appends nothing; every node runs on and every item reads back strongly.
+    appends nothing. A meta record of a format above the cluster's, proposed to the meta
+    leader (MSG_META_PROPOSE), is refused the same way. Every node runs on and every item
+    reads back strongly.
  b) a write command with a field this binary does not know (protobuf field 99), framed
     as today's: the leader cannot tell without decoding it and appends it. Each replica
     that applies it stops there rather than skip the field, and its node exits non-zero
@@ -104,6 +106,15 @@ def steps(cl, cli):
         code, msg = P.error_of(peer.request(P.MSG_PART_WRITE, P.part_write(pid, epoch, entry)))
         assert code == ERR_NEWER, "entry %r: code %d (%s)" % (entry, code, msg)
         log("entry %r refused: %s" % (entry, msg))
+    meta_leader = cl.admin(1)["meta_leader"]
+    mpeer = P.Peer(cl.pports[meta_leader - 1])
+    assert mpeer.greeted(), "no Hello from node %d" % meta_leader
+    record = bytes([cl.admin(1)["meta_format"] + 1]) + b"\x01" * 16
+    code, msg = P.error_of(mpeer.request(P.MSG_META_PROPOSE, record))
+    assert code == ERR_NEWER, "meta record of a newer format: code %d (%s)" % (code, msg)
+    log("meta record of format %d refused by the meta leader (node %d): %s" % (
+        record[0], meta_leader, msg))
+    mpeer.close()
     S.read_all(S.client(cl.cports[1]), items)
     assert all(cl.procs[n].poll() is None for n in NODES), "a node stopped"
     assert not any(cl.said(n, "cannot read") for n in NODES), "a replica met the entry"

@@ -17,7 +17,7 @@ FRAME_HELLO, FRAME_MESSAGE, FRAME_REQUEST, FRAME_RESPONSE, FRAME_ERROR = 1, 2, 3
 PROTOCOL_VERSION = 1
 CLUSTER_ID = "strata"  # the cluster name when --cluster-name is not given
 # Message types of cluster/router_cluster.c.
-MSG_RAFT, MSG_PART_WRITE = 1, 5
+MSG_RAFT, MSG_META_PROPOSE, MSG_PART_WRITE = 1, 3, 5
 
 
 def strata_code(name):
