@@ -31,7 +31,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     check(kind != PENTRY_WRITE || (size >= PENTRY_WRITE_HEADER && data[0] == 0xFE));
     check(kind != PENTRY_BARE_WRITE || size == 0 || data[0] < 0x80);
     int decoded = split_cmd_decode(data, size, &c, &err);
-    check(decoded == 0 || err.code == ERR_CORRUPT || (err.code == ERR_NEWER && data[2] > 1));
+    check(decoded == 0 || err.code == ERR_CORRUPT || (err.code == ERR_NEWER && data[2] > SPLIT_VERSION));
     if (decoded == 0) {
         check(kind == PENTRY_SPLIT);
         check(c.n_members >= 1 && c.n_members <= SPLIT_MAX_MEMBERS);
