@@ -2,6 +2,7 @@
 #include "cluster/partition_entry.h"
 
 #include "cluster/split.h"
+#include "storage/base/buf.h"
 
 #define WRITE_BYTE     0xFE
 #define MARK_BYTE      0xFF /* starts no protobuf message: field 31, wire type 7 is invalid */
@@ -38,8 +39,7 @@ void pentry_write_header(uint8_t out[PENTRY_WRITE_HEADER], uint64_t hash)
 
 uint64_t pentry_write_hash(const uint8_t *e)
 {
-    uint64_t h = 0;
-    for (int i = 0; i < 8; i++)
-        h = h << 8 | e[1 + i];
-    return h;
+    rd r;
+    rd_init(&r, e + 1, 8);
+    return rd_u64be(&r);
 }
