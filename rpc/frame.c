@@ -109,7 +109,7 @@ static int parse_header(rpc_decoder *d, strata_err *err)
         return fail(d, err, "bad magic");
     if (h[4] != RPC_FRAME_VERSION)
         return fail(d, err, "unsupported version");
-    if (h[5] < RPC_FRAME_HELLO || h[5] > RPC_FRAME_ERROR)
+    if (h[5] < RPC_FRAME_HELLO || h[5] > RPC_FRAME_PROOF)
         return fail(d, err, "unknown frame type");
     if (get16(h + 6) != 0)
         return fail(d, err, "unknown flags");

@@ -36,6 +36,7 @@ typedef enum {
     RPC_FRAME_REQUEST = 3, /* expects a RESPONSE or ERROR with the same correlation id */
     RPC_FRAME_RESPONSE = 4,
     RPC_FRAME_ERROR = 5, /* payload: 4-byte strata_code, then a message (no NUL) */
+    RPC_FRAME_PROOF = 6, /* payload: HMAC-SHA256 proof of the peer secret (rpc.h) */
 } rpc_frame_type;
 
 typedef struct {

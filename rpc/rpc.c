@@ -20,6 +20,10 @@
 #include "rpc/rpc.h"
 
 #include <assert.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,6 +40,12 @@
 #define CALL_BUCKETS        1024
 #define ERROR_MSG_MAX       400
 #define HELLO_MAX           1024 /* frame bound until the remote's Hello is accepted */
+#define NONCE_LEN           32   /* Hello.auth_nonce */
+#define PROOF_LEN           32   /* HMAC-SHA256 */
+/* What a proof signs: this label, the prover's role, the cluster id, prover and verifier
+ * ids and both nonces (see proof_compute). */
+#define PROOF_LABEL     "strata peer proof v1"
+#define PROOF_INPUT_MAX (sizeof PROOF_LABEL + 1 + 1 + RPC_CLUSTER_ID_MAX + 8 + 8 + 2 * NONCE_LEN)
 
 typedef struct out_frame {
     struct out_frame *next;
@@ -62,7 +72,11 @@ struct conn {
     uint64_t id;
     peer *peer; /* outbound: the peer dialled; NULL if inbound or peer removed */
     bool outbound;
-    bool hello_seen; /* the remote's Hello was accepted */
+    bool hello_seen;                 /* the handshake is complete (Hello, and the proof if any) */
+    bool awaiting_proof;             /* the remote's Hello was accepted; its proof has not come */
+    uint64_t hello_node;             /* the node id the remote's Hello named */
+    uint8_t nonce[NONCE_LEN];        /* ours, in our Hello (with a secret) */
+    uint8_t remote_nonce[NONCE_LEN]; /* the remote's */
     bool closing;
     bool dirty;
     uint64_t remote_node;
@@ -138,8 +152,8 @@ struct rpc {
     uint64_t next_corr;
     uint64_t next_conn_id;
     rpc_responder *responders;
-    uint8_t *hello;
-    size_t hello_len;
+    uint8_t *secret; /* NULL: no peer authentication */
+    size_t secret_len;
     rpc_stats stats;
     uint8_t readbuf[READ_BUF_SIZE];
 };
@@ -158,11 +172,19 @@ static uint64_t next_random(rpc *r)
     return z ^ (z >> 31);
 }
 
+static void free_secret(rpc *r)
+{
+    if (r->secret != NULL)
+        OPENSSL_cleanse(r->secret, r->secret_len);
+    free(r->secret);
+    r->secret = NULL;
+}
+
 static void handle_closed(rpc *r)
 {
     assert(r->handles > 0);
     if (--r->handles == 0 && r->closing) {
-        free(r->hello);
+        free_secret(r);
         free(r);
     }
 }
@@ -585,15 +607,125 @@ static conn *conn_new(rpc *r, bool outbound)
     return c;
 }
 
-static void send_hello(conn *c)
+/* Queues a handshake frame (Hello, proof) ahead of everything: flush_conn holds the
+ * rest until the handshake is complete. */
+static void send_handshake_frame(conn *c, uint8_t type, const uint8_t *data, size_t len)
 {
-    rpc *r = c->r;
-    out_frame *f = frame_new(RPC_FRAME_HELLO, 0, 0, r->hello, r->hello_len);
+    out_frame *f = frame_new(type, 0, 0, data, len);
     if (f == NULL) {
         conn_fail(c, "out of memory");
         return;
     }
     write_frames(c, f, 1, f->len);
+}
+
+static void send_hello(conn *c)
+{
+    rpc *r = c->r;
+    Strata__Hello h = STRATA__HELLO__INIT;
+    h.cluster_id = r->cluster_id;
+    h.node_id = r->node_id;
+    h.protocol_version = RPC_PROTOCOL_VERSION;
+    if (r->secret != NULL) {
+        if (RAND_bytes(c->nonce, NONCE_LEN) != 1) {
+            conn_fail(c, "no random bytes for the handshake nonce");
+            return;
+        }
+        h.auth_nonce.data = c->nonce;
+        h.auth_nonce.len = NONCE_LEN;
+    }
+    uint8_t buf[HELLO_MAX];
+    size_t len = strata__hello__get_packed_size(&h);
+    assert(len <= sizeof buf); /* the cluster id is bounded by RPC_CLUSTER_ID_MAX */
+    strata__hello__pack(&h, buf);
+    send_handshake_frame(c, RPC_FRAME_HELLO, buf, len);
+}
+
+static void put_u64be(uint8_t *p, uint64_t v)
+{
+    for (int i = 7; i >= 0; i--, v >>= 8)
+        p[i] = (uint8_t)v;
+}
+
+/*
+ * The proof that one side of `c` knows the secret: ours (`ours`) or the one the remote
+ * must send. It binds the prover's role on this connection ('D' dialler, 'A' acceptor),
+ * so that a proof cannot be reflected back, and both fresh nonces (the dialler's first),
+ * so that it is good for this connection only. Returns -1 if libcrypto fails.
+ */
+static int proof_compute(const conn *c, bool ours, uint8_t out[PROOF_LEN])
+{
+    const rpc *r = c->r;
+    bool prover_dialled = ours == c->outbound;
+    uint8_t in[PROOF_INPUT_MAX];
+    size_t n = 0;
+    memcpy(in, PROOF_LABEL, sizeof PROOF_LABEL); /* with its NUL */
+    n += sizeof PROOF_LABEL;
+    in[n++] = prover_dialled ? 'D' : 'A';
+    size_t cid = strlen(r->cluster_id);
+    in[n++] = (uint8_t)cid;
+    memcpy(in + n, r->cluster_id, cid);
+    n += cid;
+    put_u64be(in + n, ours ? r->node_id : c->hello_node);
+    put_u64be(in + n + 8, ours ? c->hello_node : r->node_id);
+    n += 16;
+    memcpy(in + n, c->outbound ? c->nonce : c->remote_nonce, NONCE_LEN);
+    memcpy(in + n + NONCE_LEN, c->outbound ? c->remote_nonce : c->nonce, NONCE_LEN);
+    n += 2 * NONCE_LEN;
+    unsigned int out_len = 0;
+    if (HMAC(EVP_sha256(), r->secret, (int)r->secret_len, in, n, out, &out_len) == NULL ||
+        out_len != PROOF_LEN)
+        return -1;
+    return 0;
+}
+
+static void send_proof(conn *c)
+{
+    uint8_t proof[PROOF_LEN];
+    if (proof_compute(c, true, proof) < 0) {
+        conn_fail(c, "cannot compute the handshake proof");
+        return;
+    }
+    send_handshake_frame(c, RPC_FRAME_PROOF, proof, PROOF_LEN);
+}
+
+static void remote_addr(conn *c, char *out, size_t cap)
+{
+    struct sockaddr_storage sa;
+    int len = sizeof sa;
+    char ip[64] = "?";
+    int port = 0;
+    if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&sa, &len) == 0) {
+        if (sa.ss_family == AF_INET6) {
+            uv_ip6_name((struct sockaddr_in6 *)&sa, ip, sizeof ip);
+            port = ntohs(((struct sockaddr_in6 *)&sa)->sin6_port);
+        } else {
+            uv_ip4_name((struct sockaddr_in *)&sa, ip, sizeof ip);
+            port = ntohs(((struct sockaddr_in *)&sa)->sin_port);
+        }
+    }
+    snprintf(out, cap, strchr(ip, ':') != NULL ? "[%s]:%d" : "%s:%d", ip, port);
+}
+
+/* Refuses the handshake of `c`: counts it (`auth`: a wrong proof), closes the connection
+ * and tells the handler. */
+static void reject_handshake(conn *c, uint64_t node, bool auth, const char *why)
+{
+    rpc *r = c->r;
+    if (c->peer != NULL) {
+        c->peer->stats.handshake_rejects++;
+        c->peer->stats.auth_failures += auth;
+        if (c->peer->node_id < RPC_SEED_ID_MIN)
+            node = c->peer->node_id;
+    } else {
+        r->stats.handshake_rejects++;
+        r->stats.auth_failures += auth;
+    }
+    char addr[128];
+    remote_addr(c, addr, sizeof addr);
+    conn_fail(c, why);
+    if (r->h.on_reject != NULL && !r->closing)
+        r->h.on_reject(r->h.ctx, node, addr, why);
 }
 
 static void handshake_done(conn *c, uint64_t node)
@@ -633,18 +765,42 @@ static void on_hello(conn *c, const rpc_frame *f)
     else if (c->peer != NULL && h->node_id != c->peer->node_id &&
              c->peer->node_id < RPC_SEED_ID_MIN)
         bad = "unexpected node id";
+    else if (r->secret != NULL && h->auth_nonce.len == 0)
+        bad = "the peer has no peer secret; this node requires one";
+    else if (r->secret == NULL && h->auth_nonce.len != 0)
+        bad = "the peer requires a peer secret; this node has none";
+    else if (r->secret != NULL && h->auth_nonce.len != NONCE_LEN)
+        bad = "bad handshake nonce";
     uint64_t node = h != NULL ? h->node_id : 0;
+    if (bad == NULL && r->secret != NULL)
+        memcpy(c->remote_nonce, h->auth_nonce.data, NONCE_LEN);
     if (h != NULL)
         strata__hello__free_unpacked(h, NULL);
     if (bad != NULL) {
-        if (c->peer != NULL)
-            c->peer->stats.handshake_rejects++;
-        else
-            r->stats.handshake_rejects++;
-        conn_fail(c, bad);
+        reject_handshake(c, node, false, bad);
         return;
     }
-    handshake_done(c, node);
+    if (r->secret == NULL) {
+        handshake_done(c, node);
+        return;
+    }
+    /* Our proof covers the remote's nonce, so it goes once its Hello is accepted; the
+     * remote's proof comes the same way, and nothing else passes before it checks out. */
+    c->hello_node = node;
+    c->awaiting_proof = true;
+    send_proof(c);
+}
+
+static void on_proof(conn *c, const rpc_frame *f)
+{
+    uint8_t want[PROOF_LEN];
+    if (f->len != PROOF_LEN || proof_compute(c, false, want) < 0 ||
+        CRYPTO_memcmp(want, f->payload, PROOF_LEN) != 0) {
+        reject_handshake(c, c->hello_node, true, "wrong proof of the peer secret");
+        return;
+    }
+    c->awaiting_proof = false;
+    handshake_done(c, c->hello_node);
 }
 
 static void responder_unlink(rpc_responder *rs)
@@ -716,9 +872,12 @@ static void on_frame(conn *c, const rpc_frame *f)
 {
     rpc *r = c->r;
     if (!c->hello_seen) {
-        if (f->type != RPC_FRAME_HELLO) {
+        uint8_t expected = c->awaiting_proof ? RPC_FRAME_PROOF : RPC_FRAME_HELLO;
+        if (f->type != expected) {
             r->stats.corrupt_frames++;
-            conn_fail(c, "frame before Hello");
+            conn_fail(c, c->awaiting_proof ? "frame before the proof" : "frame before Hello");
+        } else if (c->awaiting_proof) {
+            on_proof(c, f);
         } else {
             on_hello(c, f);
         }
@@ -743,7 +902,7 @@ static void on_frame(conn *c, const rpc_frame *f)
         break;
     default:
         r->stats.corrupt_frames++;
-        conn_fail(c, "second Hello");
+        conn_fail(c, "handshake frame after the handshake");
         break;
     }
 }
@@ -877,17 +1036,18 @@ static int parse_addr(const char *host, int port, struct sockaddr_storage *out, 
     return strata_err_set(err, ERR_VALIDATION, "rpc: '%s' is not a numeric IP address", host);
 }
 
-static int pack_hello(rpc *r, strata_err *err)
+static int copy_secret(rpc *r, const rpc_options *o, strata_err *err)
 {
-    Strata__Hello h = STRATA__HELLO__INIT;
-    h.cluster_id = r->cluster_id;
-    h.node_id = r->node_id;
-    h.protocol_version = RPC_PROTOCOL_VERSION;
-    r->hello_len = strata__hello__get_packed_size(&h);
-    r->hello = malloc(r->hello_len > 0 ? r->hello_len : 1);
-    if (r->hello == NULL)
+    if (o->secret == NULL)
+        return 0;
+    if (o->secret_len < RPC_SECRET_MIN || o->secret_len > RPC_SECRET_MAX)
+        return strata_err_set(err, ERR_VALIDATION, "rpc: a peer secret has %d to %d bytes",
+                              RPC_SECRET_MIN, RPC_SECRET_MAX);
+    r->secret = malloc(o->secret_len);
+    if (r->secret == NULL)
         return strata_err_set(err, ERR_NOMEM, "rpc: out of memory");
-    strata__hello__pack(&h, r->hello);
+    memcpy(r->secret, o->secret, o->secret_len);
+    r->secret_len = o->secret_len;
     return 0;
 }
 
@@ -924,7 +1084,7 @@ rpc *rpc_open(uv_loop_t *loop, const rpc_options *o, const rpc_handlers *handler
     r->prng = o->seed;
     if (handlers != NULL)
         r->h = *handlers;
-    if (pack_hello(r, err) < 0) {
+    if (copy_secret(r, o, err) < 0) {
         free(r);
         return NULL;
     }

@@ -13,6 +13,19 @@
  * connection whose Hello names another cluster, another protocol version or (outbound)
  * another node than the one dialled is closed before any other frame is delivered.
  *
+ * Authentication. With a peer secret (options.secret) a connection also proves, both
+ * ways, that the other side knows the same secret before anything else passes: each
+ * Hello carries a fresh 32-byte random nonce, and each side then sends a PROOF frame,
+ * HMAC-SHA256 keyed with the secret over a label of its role (dialler or acceptor), the
+ * cluster id, both node ids and both nonces. A wrong proof, a Hello without a nonce (a
+ * node with no secret) or a Hello with one while we have none closes the connection
+ * (handshake_rejects; auth_failures for a wrong proof). The secret itself never crosses
+ * the wire, a proof is worth nothing on another connection (fresh nonces) or in the other
+ * direction (the role), and none is sent before the other side's Hello named this
+ * cluster. It keeps out whoever can reach the peer port without the secret; it does not
+ * encrypt nor guard against someone who can change traffic on the path (that needs TLS).
+ * Without a secret anyone who names the cluster in a Hello is taken for a peer.
+ *
  * Reconnect. A failed connect, a connect + handshake slower than connect_timeout_ms, a
  * corrupt frame or a closed socket closes the outbound connection; it is re-dialled after
  * a backoff that doubles from backoff_min_ms to backoff_max_ms, with jitter in
@@ -47,6 +60,8 @@
 #define RPC_PROTOCOL_VERSION 1
 #define RPC_CLUSTER_ID_MAX   128
 #define RPC_HOST_MAX         64
+#define RPC_SECRET_MIN       16 /* bytes of a peer secret */
+#define RPC_SECRET_MAX       4096
 /* Peer ids from RPC_SEED_ID_MIN up name "seeds": addresses whose node id is not known
  * yet (a node joining a cluster knows only addresses). The handshake of a seed accepts
  * any node id of the same cluster, and everything on that connection stays under the
@@ -72,6 +87,10 @@ typedef struct {
     uint32_t backoff_min_ms;     /* default 50 */
     uint32_t backoff_max_ms;     /* default 5000 */
     uint64_t seed;               /* jitter PRNG seed */
+    /* The cluster's peer secret (see Authentication), copied; NULL: none. When given,
+     * RPC_SECRET_MIN..RPC_SECRET_MAX bytes, and every node of the cluster needs it. */
+    const uint8_t *secret;
+    size_t secret_len;
 } rpc_options;
 
 typedef struct {
@@ -85,6 +104,11 @@ typedef struct {
     /* Optional: the outbound connection to `peer` finished its handshake (true) or
      * closed (false). Not called for rpc_remove_peer or rpc_close. */
     void (*on_peer_state)(void *ctx, uint64_t peer, bool connected);
+    /* Optional: a connection's handshake was refused (handshake_rejects), in either
+     * direction. `node`: the peer dialled, or the id the remote's Hello named (0 if none);
+     * `addr`: the remote's address; `why`: the rule it broke. All valid during the call
+     * only. For the operator's log: a node with the wrong secret says nothing else. */
+    void (*on_reject)(void *ctx, uint64_t node, const char *addr, const char *why);
     void *ctx;
 } rpc_handlers;
 
@@ -146,7 +170,9 @@ typedef struct {
     uint64_t busy_rejects;      /* rpc_send / rpc_call refused with ERR_BUSY */
     uint64_t connects;          /* completed outbound handshakes */
     uint64_t connect_failures;  /* failed or timed-out dials, lost connections */
-    uint64_t handshake_rejects; /* Hello naming a foreign cluster/node/version */
+    uint64_t handshake_rejects; /* Hello naming a foreign cluster/node/version, a
+                                   failed proof */
+    uint64_t auth_failures;     /* of those, a wrong proof of the peer secret */
     uint64_t calls;             /* calls started */
     uint64_t call_timeouts;
     uint64_t call_failures; /* other failures (remote error, connection lost) */
@@ -158,7 +184,9 @@ int rpc_peer_stats_get(const rpc *r, uint64_t peer, rpc_peer_stats *out, strata_
 typedef struct {
     uint64_t accepted;          /* inbound connections */
     uint64_t refused;           /* inbound connections closed at once: max_inbound open */
-    uint64_t handshake_rejects; /* inbound Hello from a foreign cluster or bad version */
+    uint64_t handshake_rejects; /* inbound Hello from a foreign cluster or bad version, a
+                                   failed proof */
+    uint64_t auth_failures;     /* of those, a wrong proof of the peer secret */
     uint64_t handshake_timeouts; /* inbound connections closed with no Hello in time */
     uint64_t corrupt_frames;    /* connections closed on a corrupt frame */
 } rpc_stats;

@@ -156,7 +156,7 @@ int main(int argc, char **argv)
     server s;
     uv_loop_init(&s.loop);
     rpc_options so = {.node_id = 2, .cluster_id = "bench", .listen_host = "127.0.0.1"};
-    rpc_handlers sh = {server_on_message, server_on_request, NULL, NULL};
+    rpc_handlers sh = {.on_message = server_on_message, .on_request = server_on_request};
     s.r = rpc_open(&s.loop, &so, &sh, &err);
     if (s.r == NULL) {
         fprintf(stderr, "bench_rpc: %s\n", err.msg);

@@ -223,7 +223,7 @@ static void test_bad_header_fields(void **state)
     assert_int_equal(decode_with_header(hdr, sizeof hdr, MAX_PAYLOAD, &e), -1);
     assert_non_null(strstr(e.msg, "version"));
 
-    static const uint8_t bad_types[] = {0, 6, 255};
+    static const uint8_t bad_types[] = {0, 7, 255};
     for (size_t i = 0; i < sizeof bad_types; i++) {
         memcpy(hdr, wire, sizeof hdr);
         hdr[5] = bad_types[i];

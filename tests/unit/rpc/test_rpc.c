@@ -14,6 +14,7 @@
 
 #include "rpc/frame.h"
 #include "rpc/rpc.h"
+#include "strata.pb-c.h"
 
 #define WAIT_MS  5000
 #define MAX_MSGS 4096
@@ -34,6 +35,10 @@ typedef struct {
     int nheld;
     int nreq;
     int peer_up, peer_down;
+    /* refused handshakes, as on_reject reports them */
+    int nreject;
+    uint64_t reject_node;
+    char reject_addr[128], reject_why[128];
 } node;
 
 typedef struct {
@@ -134,6 +139,15 @@ static void on_peer_state(void *ctx, uint64_t peer, bool up)
         n->peer_down++;
 }
 
+static void on_reject(void *ctx, uint64_t peer, const char *addr, const char *why)
+{
+    node *n = ctx;
+    n->nreject++;
+    n->reject_node = peer;
+    snprintf(n->reject_addr, sizeof n->reject_addr, "%s", addr);
+    snprintf(n->reject_why, sizeof n->reject_why, "%s", why);
+}
+
 static void on_call_done(void *ctx, int status, const strata_err *err, const uint8_t *data,
                          size_t len)
 {
@@ -164,7 +178,11 @@ static int open_node_opts(node *n, uint64_t id, const char *cluster, int port,
     if (o.backoff_max_ms == 0)
         o.backoff_max_ms = 40;
     o.seed = id;
-    rpc_handlers h = {on_message, on_request, on_peer_state, n};
+    rpc_handlers h = {.on_message = on_message,
+                      .on_request = on_request,
+                      .on_peer_state = on_peer_state,
+                      .on_reject = on_reject,
+                      .ctx = n};
     n->id = id;
     n->r = rpc_open(&loop, &o, &h, err);
     if (n->r == NULL)
@@ -825,6 +843,228 @@ static void test_inbound_bound(void **state)
     free(b);
 }
 
+/* ---- peer secret (rpc.h, Authentication) ------------------------------------------ */
+
+static const char SECRET_A[] = "the cluster's peer secret, 1";
+static const char SECRET_B[] = "another cluster's secret, 22";
+
+static node *open_node_secret(uint64_t id, const char *secret)
+{
+    rpc_options o = {0};
+    if (secret != NULL) {
+        o.secret = (const uint8_t *)secret;
+        o.secret_len = strlen(secret);
+    }
+    node *n = calloc(1, sizeof *n);
+    assert_int_equal(open_node_opts(n, id, "c1", 0, &o, NULL), 0);
+    return n;
+}
+
+static void free_nodes(node *a, node *b)
+{
+    close_node(a);
+    close_node(b);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    free(a);
+    free(b);
+}
+
+/* With the same secret on both sides, connections in both directions prove it and carry
+ * messages and calls as without one. */
+static void test_secret_handshake(void **state)
+{
+    (void)state;
+    node *a = open_node_secret(1, SECRET_A), *b = open_node_secret(2, SECRET_A);
+    assert_int_equal(rpc_add_peer(a->r, 2, "127.0.0.1", b->port, NULL), 0);
+    assert_int_equal(rpc_add_peer(b->r, 1, "127.0.0.1", a->port, NULL), 0);
+    /* Queued before the handshake: held until the proofs are checked, then delivered. */
+    send_seq(a, 2, 1, 8);
+    send_seq(b, 1, 2, 8);
+    peer_ref ab = {a, 2}, ba = {b, 1};
+    assert_true(run_until(is_connected, &ab));
+    assert_true(run_until(is_connected, &ba));
+    msg_wait wa = {a, 1}, wb = {b, 1};
+    assert_true(run_until(has_msgs, &wb));
+    assert_true(run_until(has_msgs, &wa));
+    call_result res = {0};
+    assert_int_equal(rpc_call(a->r, 2, 1, "hi", 2, 2000, on_call_done, &res, NULL), 0);
+    assert_true(run_until(call_done, &res));
+    assert_int_equal(res.status, 0);
+    assert_memory_equal(res.data, "re:hi", 5);
+    rpc_stats st;
+    rpc_stats_get(b->r, &st);
+    assert_int_equal(st.handshake_rejects, 0);
+    assert_int_equal(st.auth_failures, 0);
+    free_nodes(a, b);
+}
+
+typedef struct {
+    node *dialler, *acceptor;
+    uint64_t peer; /* the acceptor's id in the dialler */
+    bool auth;     /* count auth_failures instead of handshake_rejects */
+} reject_wait;
+
+static bool both_rejected(void *arg)
+{
+    reject_wait *w = arg;
+    rpc_peer_stats ps;
+    rpc_stats st;
+    rpc_peer_stats_get(w->dialler->r, w->peer, &ps, NULL);
+    rpc_stats_get(w->acceptor->r, &st);
+    if (w->auth)
+        return ps.auth_failures >= 2 && st.auth_failures >= 2;
+    return ps.handshake_rejects >= 2 && st.handshake_rejects >= 2;
+}
+
+/* Dials `acceptor` from `dialler` with a message and a call queued; both sides refuse
+ * the connection (again after each redial) and nothing passes. */
+static void expect_refused(node *dialler, node *acceptor, bool auth)
+{
+    assert_int_equal(rpc_add_peer(dialler->r, acceptor->id, "127.0.0.1", acceptor->port, NULL), 0);
+    send_seq(dialler, acceptor->id, 1, 8);
+    call_result res = {0};
+    assert_int_equal(rpc_call(dialler->r, acceptor->id, 1, "x", 1, 300, on_call_done, &res, NULL),
+                     0);
+    reject_wait w = {dialler, acceptor, acceptor->id, auth};
+    assert_true(run_until(both_rejected, &w));
+    assert_true(run_until(call_done, &res));
+    assert_int_equal(res.err.code, ERR_UNAVAILABLE);
+    assert_int_equal(acceptor->nmsg, 0);
+    assert_int_equal(acceptor->nreq, 0);
+    assert_int_equal(dialler->peer_up, 0);
+    rpc_peer_stats ps;
+    rpc_stats st;
+    rpc_peer_stats_get(dialler->r, acceptor->id, &ps, NULL);
+    rpc_stats_get(acceptor->r, &st);
+    if (!auth) {
+        assert_int_equal(ps.auth_failures, 0);
+        assert_int_equal(st.auth_failures, 0);
+    }
+}
+
+static void test_secret_mismatch(void **state)
+{
+    (void)state;
+    node *a = open_node_secret(1, SECRET_A), *b = open_node_secret(2, SECRET_B);
+    expect_refused(a, b, true);
+    /* Both sides tell their handler who it was and why. */
+    assert_true(a->nreject >= 1 && b->nreject >= 1);
+    assert_int_equal(a->reject_node, 2);
+    assert_int_equal(b->reject_node, 1);
+    assert_string_equal(a->reject_why, "wrong proof of the peer secret");
+    assert_string_equal(b->reject_why, "wrong proof of the peer secret");
+    char want[64];
+    snprintf(want, sizeof want, "127.0.0.1:%d", b->port);
+    assert_string_equal(a->reject_addr, want);
+    assert_non_null(strstr(b->reject_addr, "127.0.0.1:"));
+    free_nodes(a, b);
+}
+
+/* A node with a secret and one without refuse each other, whichever dials. */
+static void test_secret_one_sided(void **state)
+{
+    (void)state;
+    node *a = open_node_secret(1, SECRET_A), *b = open_node_secret(2, NULL);
+    expect_refused(a, b, false);
+    assert_string_equal(a->reject_why, "the peer has no peer secret; this node requires one");
+    assert_string_equal(b->reject_why, "the peer requires a peer secret; this node has none");
+    free_nodes(a, b);
+    a = open_node_secret(1, NULL);
+    b = open_node_secret(2, SECRET_A);
+    expect_refused(a, b, false);
+    free_nodes(a, b);
+}
+
+/* Writes one frame of `type` with `payload` at `out`; returns its size. */
+static size_t put_frame(uint8_t *out, uint8_t type, const void *payload, size_t len)
+{
+    memcpy(out + RPC_FRAME_HEADER_SIZE, payload, len);
+    rpc_frame f = {.type = type, .payload = out + RPC_FRAME_HEADER_SIZE, .len = (uint32_t)len};
+    rpc_frame_write_header(out, &f);
+    return RPC_FRAME_HEADER_SIZE + len;
+}
+
+static size_t put_hello(uint8_t *out, bool with_nonce)
+{
+    Strata__Hello h = STRATA__HELLO__INIT;
+    h.cluster_id = "c1";
+    h.node_id = 9;
+    h.protocol_version = RPC_PROTOCOL_VERSION;
+    static uint8_t nonce[32] = {1, 2, 3};
+    if (with_nonce) {
+        h.auth_nonce.data = nonce;
+        h.auth_nonce.len = sizeof nonce;
+    }
+    uint8_t buf[256];
+    size_t len = strata__hello__pack(&h, buf);
+    return put_frame(out, RPC_FRAME_HELLO, buf, len);
+}
+
+/* What a client that does not know the secret can send: each is closed before anything
+ * it sent is delivered. */
+static void test_secret_strangers(void **state)
+{
+    (void)state;
+    node *b = open_node_secret(2, SECRET_A);
+    static uint8_t wire[4][512];
+    size_t n[4];
+    uint8_t zeros[32] = {0};
+    /* A made-up proof. */
+    n[0] = put_hello(wire[0], true);
+    n[0] += put_frame(wire[0] + n[0], RPC_FRAME_PROOF, zeros, sizeof zeros);
+    /* A proof of the wrong length. */
+    n[1] = put_hello(wire[1], true);
+    n[1] += put_frame(wire[1] + n[1], RPC_FRAME_PROOF, zeros, 31);
+    /* A message where the proof should be. */
+    n[2] = put_hello(wire[2], true);
+    n[2] += put_frame(wire[2] + n[2], RPC_FRAME_MESSAGE, "abcd", 4);
+    /* No nonce: a node without a secret. */
+    n[3] = put_hello(wire[3], false);
+    n[3] += put_frame(wire[3] + n[3], RPC_FRAME_MESSAGE, "abcd", 4);
+    raw_client *c[4];
+    for (int i = 0; i < 4; i++) {
+        c[i] = calloc(1, sizeof *c[i]);
+        raw_connect(c[i], b->port, wire[i], n[i]);
+        assert_true(run_until(raw_eof, c[i]));
+    }
+    rpc_stats st;
+    rpc_stats_get(b->r, &st);
+    assert_int_equal(st.accepted, 4);
+    assert_int_equal(st.auth_failures, 2);
+    assert_int_equal(st.handshake_rejects, 3);
+    assert_int_equal(st.corrupt_frames, 1);
+    assert_int_equal(b->nmsg, 0);
+    assert_int_equal(b->nreject, 3); /* the message before the proof is a corrupt stream */
+    assert_int_equal(b->reject_node, 9);
+    for (int i = 0; i < 4; i++)
+        uv_close((uv_handle_t *)&c[i]->tcp, NULL);
+    close_node(b);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    for (int i = 0; i < 4; i++)
+        free(c[i]);
+    free(b);
+}
+
+static void test_secret_bounds(void **state)
+{
+    (void)state;
+    static uint8_t big[RPC_SECRET_MAX + 1];
+    size_t lens[] = {RPC_SECRET_MIN - 1, RPC_SECRET_MAX + 1};
+    for (int i = 0; i < 2; i++) {
+        rpc_options o = {.secret = big, .secret_len = lens[i]};
+        node n = {0};
+        strata_err e;
+        assert_int_equal(open_node_opts(&n, 1, "c1", 0, &o, &e), -1);
+        assert_int_equal(e.code, ERR_VALIDATION);
+    }
+    rpc_options o = {.secret = big, .secret_len = RPC_SECRET_MAX};
+    node *n = calloc(1, sizeof *n);
+    assert_int_equal(open_node_opts(n, 1, "c1", 0, &o, NULL), 0);
+    close_node(n);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    free(n);
+}
+
 /* Both directions at once, and responses to the peer's requests on its connection. */
 static void test_bidirectional(void **state)
 {
@@ -1060,6 +1300,11 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_large_frames, setup, teardown),
         cmocka_unit_test_setup_teardown(test_close_from_callbacks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_remove_in_every_state, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_secret_handshake, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_secret_mismatch, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_secret_one_sided, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_secret_strangers, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_secret_bounds, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
