@@ -140,6 +140,10 @@ typedef struct {
     const char *const *join;       /* HOST:PORT peer addresses of members */
     size_t n_join;
     const char *cluster_name;      /* checked in every connection's handshake; NULL = "strata" */
+    /* The cluster's peer secret: every peer connection proves it both ways (rpc/rpc.h,
+     * Authentication). NULL: none, and a peer that has one is refused. */
+    const uint8_t *peer_secret;
+    size_t peer_secret_len;
     unsigned election_timeout_ms;  /* 0 = 1000 */
     unsigned heartbeat_timeout_ms; /* 0 = 100 */
     size_t memtable_bytes;         /* engine memtable bytes; 0 = the engine's default */

@@ -141,6 +141,7 @@ enum {
 /* The loop's lag: how late a timer of this period fires (shown by GET /admin/cluster). */
 #define LAG_PROBE_MS         20
 #define LAG_SLOW_MS          50
+#define REJECT_REPORT_MS     10000      /* refused peer handshakes are logged at most this often */
 #define DOWN_AFTER_MS        10000      /* unreachable from the meta leader this long: DOWN */
 #define REPLACE_AFTER_MS     300000
 /* Leadership follows the map's leader hints (see follow_map_leaders). */
@@ -396,6 +397,9 @@ struct rcluster {
     raft_host_uv_clock clock;
     bool clock_open;
     rpc *rpc;
+    bool peer_secret;           /* peer connections prove the cluster's secret (rpc.h) */
+    uint64_t rejects_logged_ms; /* on_reject: the last refused handshake logged, */
+    uint64_t rejects_unlogged;  /* and those refused since, unlogged */
 
     /* The cluster map. */
     bool formed; /* the meta voters are known */
@@ -5102,6 +5106,28 @@ static void on_peer_state(void *ctx, uint64_t peer, bool connected)
         say_leaving(c, peer); /* what went out on the broken connection may be lost */
 }
 
+/* A refused peer handshake is logged, at most once every REJECT_REPORT_MS (a stranger
+ * can make them as fast as it connects), with the count of those not logged. */
+static void on_reject(void *ctx, uint64_t node, const char *addr, const char *why)
+{
+    rcluster *c = ctx;
+    uint64_t now = uv_now(c->loop);
+    if (c->rejects_logged_ms != 0 && now - c->rejects_logged_ms < REJECT_REPORT_MS) {
+        c->rejects_unlogged++;
+        return;
+    }
+    char who[64] = "";
+    if (node != 0)
+        snprintf(who, sizeof who, "node %" PRIu64 " at ", node);
+    fprintf(stderr, "stratad: peer connection with %s%s refused: %s", who, addr, why);
+    if (c->rejects_unlogged > 0)
+        fprintf(stderr, " (and %" PRIu64 " more refused since the last report)",
+                c->rejects_unlogged);
+    fputc('\n', stderr);
+    c->rejects_logged_ms = now != 0 ? now : 1;
+    c->rejects_unlogged = 0;
+}
+
 /* ------------------------------------------------------------------ joining and the map */
 
 /* Every router waits for the map to show a change (a split, a move): its commit reaches
@@ -7362,10 +7388,12 @@ static void link_stats_json(rcluster *c, uint64_t id, buf *out)
                ",\"link\":{\"frames_sent\":%" PRIu64 ",\"writes\":%" PRIu64
                ",\"frames_received\":%" PRIu64 ",\"queued_bytes\":%" PRIu64
                ",\"busy_rejects\":%" PRIu64 ",\"connects\":%" PRIu64
-               ",\"connect_failures\":%" PRIu64 ",\"call_timeouts\":%" PRIu64
+               ",\"connect_failures\":%" PRIu64 ",\"handshake_rejects\":%" PRIu64
+               ",\"auth_failures\":%" PRIu64 ",\"call_timeouts\":%" PRIu64
                ",\"call_failures\":%" PRIu64 "}",
                st.frames_sent, st.writes, st.frames_received, st.queued_bytes, st.busy_rejects,
-               st.connects, st.connect_failures, st.call_timeouts, st.call_failures);
+               st.connects, st.connect_failures, st.handshake_rejects, st.auth_failures,
+               st.call_timeouts, st.call_failures);
 }
 
 void rcluster_status_json(rcluster *c, buf *out)
@@ -7410,11 +7438,12 @@ void rcluster_status_json(rcluster *c, buf *out)
                ws.syncs, ws.holds);
     rpc_stats rs;
     rpc_stats_get(c->rpc, &rs);
-    buf_printf(
-        out,
-        "\"rpc\":{\"accepted\":%" PRIu64 ",\"refused\":%" PRIu64 ",\"handshake_rejects\":%" PRIu64
-        ",\"handshake_timeouts\":%" PRIu64 ",\"corrupt_frames\":%" PRIu64 "},",
-        rs.accepted, rs.refused, rs.handshake_rejects, rs.handshake_timeouts, rs.corrupt_frames);
+    buf_printf(out,
+               "\"rpc\":{\"peer_secret\":%s,\"accepted\":%" PRIu64 ",\"refused\":%" PRIu64
+               ",\"handshake_rejects\":%" PRIu64 ",\"auth_failures\":%" PRIu64
+               ",\"handshake_timeouts\":%" PRIu64 ",\"corrupt_frames\":%" PRIu64 "},",
+               c->peer_secret ? "true" : "false", rs.accepted, rs.refused, rs.handshake_rejects,
+               rs.auth_failures, rs.handshake_timeouts, rs.corrupt_frames);
     buf_printf(out, "\"nodes\":[");
     for (size_t i = 0; i < meta_node_count(c->meta); i++) {
         const meta_node *n = meta_node_at(c->meta, i);
@@ -7635,10 +7664,14 @@ static int open_rpc(rcluster *c, const router_cluster_config *cc, strata_err *er
         .listen_host = cc->peer_listen_host,
         .listen_port = cc->peer_listen_port,
         .seed = c->self,
+        .secret = cc->peer_secret,
+        .secret_len = cc->peer_secret_len,
     };
+    c->peer_secret = cc->peer_secret != NULL;
     rpc_handlers h = {.on_message = on_message,
                       .on_request = on_request,
                       .on_peer_state = on_peer_state,
+                      .on_reject = on_reject,
                       .ctx = c};
     c->rpc = rpc_open(c->loop, &ro, &h, err);
     return c->rpc != NULL ? 0 : -1;

@@ -3,8 +3,10 @@
 #include <assert.h>
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* The longest line of a configuration file, and the largest file, we accept. */
@@ -24,6 +26,7 @@ static const char *const key_names[CFG_KEY_COUNT] = {
     [CFG_BOOTSTRAP] = "bootstrap",
     [CFG_BOOTSTRAP_EXPECT] = "bootstrap_expect",
     [CFG_REPLACE_AFTER] = "replace_after",
+    [CFG_PEER_SECRET_FILE] = "peer_secret_file",
     [CFG_INITIAL_PARTITIONS] = "initial_partitions",
     [CFG_THROTTLE] = "throttle",
     [CFG_PARTITION_MAX_RCU] = "partition_max_rcu",
@@ -57,6 +60,7 @@ bool config_is_cluster_key(config_key k)
     case CFG_BOOTSTRAP:
     case CFG_BOOTSTRAP_EXPECT:
     case CFG_REPLACE_AFTER:
+    case CFG_PEER_SECRET_FILE:
         return true;
     default:
         return false;
@@ -101,6 +105,7 @@ void config_usage(FILE *f)
                "               [--peer-listen HOST:PORT] [--advertise HOST:PORT]\n"
                "               [--peer-advertise HOST:PORT] [--join HOST:PORT,...] [--bootstrap]\n"
                "               [--bootstrap-expect N] [--replace-after SECONDS]\n"
+               "               [--peer-secret-file FILE]\n"
                "Every flag is also a key of the --config file (node_id = 1); flags win.\n"
                "See deploy/strata.conf.sample.\n");
 }
@@ -211,6 +216,25 @@ static int parse_name(const char *v, char *out, size_t cap, const char *extra, c
         }
     }
     memcpy(out, v, n + 1);
+    return 0;
+}
+
+/* A path: 1 to cap - 1 bytes, no control characters; `what` names it in messages. */
+static int parse_path(const char *v, char *out, size_t cap, const char *what, char *why,
+                      size_t why_cap)
+{
+    size_t len = strlen(v);
+    if (len == 0 || len >= cap) {
+        snprintf(why, why_cap, "wants %s (1 to %zu bytes)", what, cap - 1);
+        return -1;
+    }
+    for (size_t i = 0; i < len; i++) {
+        if (iscntrl((unsigned char)v[i])) {
+            snprintf(why, why_cap, "control characters are not allowed");
+            return -1;
+        }
+    }
+    memcpy(out, v, len + 1);
     return 0;
 }
 
@@ -332,21 +356,11 @@ static int set_key(stratad_config *cfg, config_key k, const char *v, char *why, 
         return parse_name(v, cfg->az, sizeof cfg->az, "._-", why, why_cap);
     case CFG_HOST_LABEL:
         return parse_name(v, cfg->host_label, sizeof cfg->host_label, "._-", why, why_cap);
-    case CFG_DATA_DIR: {
-        size_t len = strlen(v);
-        if (len == 0 || len >= sizeof cfg->data_dir) {
-            snprintf(why, why_cap, "wants a directory (1 to %zu bytes)", sizeof cfg->data_dir - 1);
-            return -1;
-        }
-        for (size_t i = 0; i < len; i++) {
-            if (iscntrl((unsigned char)v[i])) {
-                snprintf(why, why_cap, "control characters are not allowed");
-                return -1;
-            }
-        }
-        memcpy(cfg->data_dir, v, len + 1);
-        return 0;
-    }
+    case CFG_DATA_DIR:
+        return parse_path(v, cfg->data_dir, sizeof cfg->data_dir, "a directory", why, why_cap);
+    case CFG_PEER_SECRET_FILE:
+        return parse_path(v, cfg->peer_secret_file, sizeof cfg->peer_secret_file, "a file", why,
+                          why_cap);
     case CFG_LISTEN:
         return parse_addr(v, &cfg->listen, false, why, why_cap);
     case CFG_PEER_LISTEN:
@@ -554,6 +568,64 @@ int config_apply_text(stratad_config *cfg, const char *name, const char *text, s
         p = next;
     }
     return 0;
+}
+
+int config_read_peer_secret(const char *path, uint8_t *out, size_t cap, size_t *len,
+                            strata_err *err)
+{
+    /* Room for the longest secret and some trailing whitespace; a file that does not end
+     * inside it is too long. */
+    uint8_t buf[CONFIG_PEER_SECRET_MAX + 64];
+    *len = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return strata_err_set(err, ERR_IO, "peer secret file %s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return strata_err_set(err, ERR_VALIDATION, "peer secret file %s: not a regular file", path);
+    }
+    if ((st.st_mode & 077) != 0) {
+        close(fd);
+        return strata_err_set(err, ERR_VALIDATION,
+                              "peer secret file %s: its group or others may read or write it "
+                              "(mode %04o); chmod 600 it",
+                              path, (unsigned)(st.st_mode & 07777));
+    }
+    size_t n = 0;
+    bool whole = false;
+    while (!whole && n < sizeof buf) {
+        ssize_t got = read(fd, buf + n, sizeof buf - n);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0) {
+            int e = errno;
+            close(fd);
+            return strata_err_set(err, ERR_IO, "peer secret file %s: %s", path, strerror(e));
+        }
+        whole = got == 0;
+        n += (size_t)got;
+    }
+    if (!whole) { /* the buffer is full: one more byte says whether the file ends here */
+        uint8_t more;
+        whole = read(fd, &more, 1) == 0;
+    }
+    close(fd);
+    while (whole && n > 0 && isspace(buf[n - 1]))
+        n--;
+    int rc = 0;
+    if (!whole || n < CONFIG_PEER_SECRET_MIN || n > CONFIG_PEER_SECRET_MAX || n > cap)
+        rc = strata_err_set(err, ERR_VALIDATION,
+                            "peer secret file %s: wants %d to %d bytes (trailing whitespace "
+                            "aside), not %s%zu",
+                            path, CONFIG_PEER_SECRET_MIN, CONFIG_PEER_SECRET_MAX,
+                            whole ? "" : "over ", n);
+    else {
+        memcpy(out, buf, n);
+        *len = n;
+    }
+    explicit_bzero(buf, sizeof buf);
+    return rc;
 }
 
 int config_apply_file(stratad_config *cfg, const char *path, strata_err *err)
@@ -829,6 +901,9 @@ static void print_key(FILE *f, const stratad_config *cfg, config_key k)
     case CFG_JOIN:
         unset = cfg->join_count == 0;
         break;
+    case CFG_PEER_SECRET_FILE:
+        unset = cfg->peer_secret_file[0] == '\0';
+        break;
     default:
         break;
     }
@@ -895,6 +970,9 @@ static void print_key(FILE *f, const stratad_config *cfg, config_key k)
         break;
     case CFG_REPLACE_AFTER:
         fprintf(f, "%u", cfg->replace_after_s);
+        break;
+    case CFG_PEER_SECRET_FILE:
+        print_quoted(f, cfg->peer_secret_file);
         break;
     case CFG_INITIAL_PARTITIONS:
         fprintf(f, "%d", cfg->initial_partitions);

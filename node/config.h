@@ -18,6 +18,9 @@
  *   bootstrap_expect   meta voters the bootstrap node waits for, 1..5 (default 3)  (cluster)
  *   replace_after      seconds a node may stay DOWN before its replicas are re-created
  *                      elsewhere, 1..604800 (default 300; read by the meta leader) (cluster)
+ *   peer_secret_file   a file holding the cluster's peer secret: every peer connection
+ *                      proves, both ways, that it knows it (rpc/rpc.h, Authentication).
+ *                      All nodes need the same one. Read by config_read_peer_secret  (cluster)
  *   initial_partitions partitions of a new table, 1..256 (default 4)
  *   throttle           true: tables get DynamoDB's capacity limits and throttling
  *                      (ProvisionedThroughputExceededException); false: consumed capacity
@@ -76,6 +79,7 @@ typedef enum {
     CFG_BOOTSTRAP,
     CFG_BOOTSTRAP_EXPECT,
     CFG_REPLACE_AFTER,
+    CFG_PEER_SECRET_FILE,
     CFG_INITIAL_PARTITIONS,
     CFG_THROTTLE,
     CFG_PARTITION_MAX_RCU,
@@ -112,6 +116,7 @@ typedef struct {
     bool bootstrap;
     int bootstrap_expect;
     uint32_t replace_after_s;
+    char peer_secret_file[4096]; /* "" when not given */
     int initial_partitions;
     bool throttle;
     uint32_t partition_max_rcu, partition_max_wcu;
@@ -141,6 +146,19 @@ int config_apply_text(stratad_config *cfg, const char *name, const char *text, s
 int config_apply_file(stratad_config *cfg, const char *path, strata_err *err);
 /* Required keys, cross-key rules; fills the default advertise addresses and host_label. */
 int config_validate(stratad_config *cfg, strata_err *err);
+
+/*
+ * Reads the peer secret from `path` into out[0, cap), its length into *len. The file must
+ * be a regular file that neither its group nor others may read or write (as ssh wants
+ * of a private key: the secret lets anyone in the cluster's peer port), and hold
+ * CONFIG_PEER_SECRET_MIN to CONFIG_PEER_SECRET_MAX bytes once trailing whitespace (a
+ * final newline) is cut; any bytes otherwise. ERR_VALIDATION says which rule failed,
+ * ERR_IO that the file cannot be read. `head -c 32 /dev/urandom | base64 > FILE` makes one.
+ */
+#define CONFIG_PEER_SECRET_MIN 16
+#define CONFIG_PEER_SECRET_MAX 4096
+int config_read_peer_secret(const char *path, uint8_t *out, size_t cap, size_t *len,
+                            strata_err *err);
 
 /* Writes the effective configuration in file syntax; it parses back to the same values. */
 void config_print(const stratad_config *cfg, FILE *f);

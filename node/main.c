@@ -19,6 +19,7 @@
 #include "node/api.h"
 #include "node/config.h"
 #include "node/http/http.h"
+#include "rpc/rpc.h"
 
 typedef struct {
     uv_loop_t *loop;
@@ -59,7 +60,11 @@ typedef struct {
     char client[300], peer[300];
     char join_text[CONFIG_JOIN_MAX][300];
     const char *join[CONFIG_JOIN_MAX];
+    uint8_t peer_secret[CONFIG_PEER_SECRET_MAX];
 } cluster_settings;
+
+_Static_assert(CONFIG_PEER_SECRET_MIN == RPC_SECRET_MIN && CONFIG_PEER_SECRET_MAX == RPC_SECRET_MAX,
+               "the configuration accepts the peer secrets rpc/ accepts");
 
 static void addr_text(char *out, size_t cap, const config_addr *a)
 {
@@ -69,7 +74,7 @@ static void addr_text(char *out, size_t cap, const config_addr *a)
         snprintf(out, cap, "%s:%d", a->host, a->port);
 }
 
-static void cluster_settings_fill(cluster_settings *cs, const stratad_config *cfg)
+static int cluster_settings_fill(cluster_settings *cs, const stratad_config *cfg, strata_err *err)
 {
     memset(cs, 0, sizeof *cs);
     addr_text(cs->client, sizeof cs->client, &cfg->advertise);
@@ -114,6 +119,13 @@ static void cluster_settings_fill(cluster_settings *cs, const stratad_config *cf
     const char *mf = getenv("STRATA_TEST_META_FORMAT");
     unsigned long f = mf != NULL ? strtoul(mf, NULL, 10) : 0;
     cs->rc.test_meta_format = f <= UINT8_MAX ? (uint8_t)f : 0;
+    if (cfg->peer_secret_file[0] == '\0')
+        return 0;
+    if (config_read_peer_secret(cfg->peer_secret_file, cs->peer_secret, sizeof cs->peer_secret,
+                                &cs->rc.peer_secret_len, err) < 0)
+        return -1;
+    cs->rc.peer_secret = cs->peer_secret;
+    return 0;
 }
 
 /* In a cluster the router's own handles (peer connections, Raft timers) keep the loop
@@ -287,10 +299,16 @@ int main(int argc, char **argv)
     };
     cluster_settings cs;
     if (config_cluster_mode(&cfg)) {
-        cluster_settings_fill(&cs, &cfg);
+        if (cluster_settings_fill(&cs, &cfg, &err) < 0) {
+            fprintf(stderr, "stratad: %s\n", err.msg);
+            return 2;
+        }
         rc.cluster = &cs.rc;
     }
     router *r = router_open(&rc, &err);
+    /* rpc/ keeps its own copy of the peer secret. */
+    if (rc.cluster != NULL)
+        explicit_bzero(cs.peer_secret, sizeof cs.peer_secret);
     if (r == NULL) {
         fprintf(stderr, "stratad: cannot open %s: %s: %s\n", cfg.data_dir,
                 strata_code_name(err.code), err.msg);

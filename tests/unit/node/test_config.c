@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -559,6 +560,75 @@ static void test_print_round_trip(void **state)
     free(text);
 }
 
+/* peer_secret_file is a cluster key; config_read_peer_secret checks what the file holds
+ * and who may read it. */
+static void test_peer_secret_file(void **state)
+{
+    (void)state;
+    stratad_config c;
+    strata_err err;
+    if (load(&c, &err, CLUSTER_BASE "bootstrap = true\npeer_secret_file = /etc/strata/s\n") < 0)
+        fail_msg("%s", err.msg);
+    assert_string_equal(c.peer_secret_file, "/etc/strata/s");
+    assert_round_trip(&c);
+    assert_int_equal(parse(&c, &err, "--data-dir", "/d", "--peer-secret-file", "/s"), -1);
+    assert_non_null(strstr(err.msg, "node_id")); /* a cluster key: cluster mode */
+
+    char path[64];
+    uint8_t out[CONFIG_PEER_SECRET_MAX];
+    size_t len = 99;
+    write_temp(path, sizeof path, "0123456789abcdef-secret\n\n");
+    assert_int_equal(config_read_peer_secret(path, out, sizeof out, &len, &err), 0);
+    assert_int_equal(len, 23);
+    assert_memory_equal(out, "0123456789abcdef-secret", 23);
+
+    /* Readable by others: refused, as ssh refuses such a key. */
+    assert_int_equal(chmod(path, 0644), 0);
+    assert_int_equal(config_read_peer_secret(path, out, sizeof out, &len, &err), -1);
+    assert_int_equal(err.code, ERR_VALIDATION);
+    assert_non_null(strstr(err.msg, "chmod 600"));
+    assert_int_equal(len, 0);
+    assert_int_equal(chmod(path, 0640), 0);
+    assert_int_equal(config_read_peer_secret(path, out, sizeof out, &len, &err), -1);
+    unlink(path);
+
+    /* Too short once the newline is cut; too long; the longest accepted. */
+    write_temp(path, sizeof path, "fifteen bytes..\n");
+    assert_int_equal(config_read_peer_secret(path, out, sizeof out, &len, &err), -1);
+    assert_non_null(strstr(err.msg, "not 15"));
+    unlink(path);
+    char *big = malloc(CONFIG_PEER_SECRET_MAX + 2);
+    memset(big, 'x', CONFIG_PEER_SECRET_MAX + 1);
+    big[CONFIG_PEER_SECRET_MAX + 1] = '\0';
+    write_temp(path, sizeof path, big);
+    assert_int_equal(config_read_peer_secret(path, out, sizeof out, &len, &err), -1);
+    assert_non_null(strstr(err.msg, "not 4097"));
+    unlink(path);
+    big[CONFIG_PEER_SECRET_MAX] = '\n';
+    write_temp(path, sizeof path, big);
+    assert_int_equal(config_read_peer_secret(path, out, sizeof out, &len, &err), 0);
+    assert_int_equal(len, CONFIG_PEER_SECRET_MAX);
+    unlink(path);
+    free(big);
+    /* Whitespace where a short read would stop does not cut a long secret short. */
+    big = malloc(2 * CONFIG_PEER_SECRET_MAX);
+    memset(big, ' ', 2 * CONFIG_PEER_SECRET_MAX - 1);
+    memset(big, 'x', 100);
+    big[2 * CONFIG_PEER_SECRET_MAX - 2] = 'y';
+    big[2 * CONFIG_PEER_SECRET_MAX - 1] = '\0';
+    write_temp(path, sizeof path, big);
+    assert_int_equal(config_read_peer_secret(path, out, sizeof out, &len, &err), -1);
+    assert_non_null(strstr(err.msg, "not over"));
+    unlink(path);
+    free(big);
+
+    /* Missing, or a directory. */
+    assert_int_equal(config_read_peer_secret("/nonexistent/s", out, sizeof out, &len, &err), -1);
+    assert_int_equal(err.code, ERR_IO);
+    assert_int_equal(config_read_peer_secret("/tmp", out, sizeof out, &len, &err), -1);
+    assert_int_equal(err.code, ERR_VALIDATION);
+}
+
 static void test_helpers(void **state)
 {
     (void)state;
@@ -649,6 +719,7 @@ int main(void)
         cmocka_unit_test(test_wildcard_needs_advertise),
         cmocka_unit_test(test_flags_override_file),
         cmocka_unit_test(test_print_round_trip),
+        cmocka_unit_test(test_peer_secret_file),
         cmocka_unit_test(test_helpers),
         cmocka_unit_test(test_fd_plan),
     };
