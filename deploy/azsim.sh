@@ -32,7 +32,8 @@
 #
 # State: $STRATA_AZSIM_STATE/NAME (default /run/strata-azsim/NAME): settings, the list of
 # namespaces (written before each is created, so `down` after a failed `up` finds them),
-# pid files, logs and the nodes' data directories. `down` also finds NAME-hub / NAME-nI
+# the cluster's peer secret (peer-secret, new at each `up`), pid files, logs and the nodes'
+# data directories. `down` also finds NAME-hub / NAME-nI
 # namespaces without any state, and is safe to run twice.
 set -euo pipefail
 
@@ -81,7 +82,7 @@ node_command() {
     [ "$MODE" = cluster ] || return 0
     NODE_CMD+=(--node-id "$i" --az "az$(node_az "$i")" --host-label "n$i"
         --advertise "$addr:$PORT" --peer-listen "0.0.0.0:$PEER_PORT"
-        --peer-advertise "$addr:$PEER_PORT")
+        --peer-advertise "$addr:$PEER_PORT" --peer-secret-file "$(state_dir)/peer-secret")
     if [ "$i" -eq 1 ]; then
         NODE_CMD+=(--bootstrap --bootstrap-expect 3)
     else
@@ -286,6 +287,9 @@ cmd_up() {
     [ -e "$sd" ] && die "$NAME is already up (or half up): run '$0 down --name $NAME' first"
     mkdir -p "$sd"
     : >"$sd/namespaces"
+    # The cluster's peer secret (stratad --peer-secret-file): only its nodes may use the
+    # peer ports. Readable by root alone, as stratad requires.
+    (umask 077 && head -c 32 /dev/urandom | base64 >"$sd/peer-secret")
     # Any failure from here on (set -e, die) tears down what exists so far.
     UP_DONE=0
     trap 'if [ "$UP_DONE" = 0 ]; then log "up failed; tearing down"; cmd_down_named || true; fi' EXIT

@@ -11,7 +11,8 @@
 # is its own "host", so the placement rule "no two replicas on one host" can be met), client
 # port PORT+i-1, peer port PEER_PORT+i-1, and DIR/n<i> for its data and stratad.log. Node 1
 # bootstraps the cluster (--bootstrap --bootstrap-expect 3: the meta group's three voters);
-# the others join it.
+# the others join it. Every node proves DIR/peer-secret (made at the first start, mode 600)
+# on its peer connections (--peer-secret-file).
 # Running the launcher again on the same DIR restarts the same cluster with its data.
 #
 # Defaults: DIR is /var/lib/strata-cluster as root, ./data-cluster otherwise; every option
@@ -94,7 +95,7 @@ node_command() {
     local i=$1
     NODE_CMD=("$STRATAD" --node-id "$i" --az "$(node_az "$i")" --host-label "h$i"
         --listen "127.0.0.1:$(client_port "$i")" --peer-listen "127.0.0.1:$(peer_port "$i")"
-        --data-dir "$(node_dir "$i")/data")
+        --data-dir "$(node_dir "$i")/data" --peer-secret-file "$DATA/peer-secret")
     if [ "$i" -eq 1 ]; then
         NODE_CMD+=(--bootstrap --bootstrap-expect 3)
     else
@@ -255,12 +256,20 @@ supervise() {
     done
 }
 
+# The cluster's peer secret (stratad --peer-secret-file): only nodes that know it may use
+# the peer ports. Made once per DIR, readable by its owner alone, as stratad requires.
+make_peer_secret() {
+    [ -s "$DATA/peer-secret" ] && return 0
+    (umask 077 && head -c 32 /dev/urandom | base64 >"$DATA/peer-secret")
+}
+
 main() {
     parse_args "$@"
     install_and_build
     check_ports
     mkdir -p "$DATA"
     DATA=$(cd "$DATA" && pwd)
+    make_peer_secret
     trap on_signal INT TERM
     # Any other exit (a failed start, set -e) must not leave nodes behind.
     trap '[ "$STOPPING" = 1 ] || { STOPPING=1; stop_all || true; }' EXIT

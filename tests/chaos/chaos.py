@@ -177,20 +177,22 @@ class Node:
 class ClusterNode(Node):
     """One stratad of a loopback cluster: node id = index (1..N), AZ az1..az3 round robin,
     host label hN, fixed client and peer ports; node 1 bootstraps, the others join it.
-    A restart passes the same flags again (the data directory remembers the cluster)."""
+    Every node has the run's peer secret (`secret`, a file). A restart passes the same
+    flags again (the data directory remembers the cluster)."""
 
     def __init__(self, index, stratad, data_dir, log_path, port, peer_port, bootstrap_peer,
-                 n_nodes):
+                 n_nodes, secret):
         super().__init__(index, stratad, data_dir, log_path, port)
         self.peer_port, self.bootstrap_peer, self.n_nodes = peer_port, bootstrap_peer, n_nodes
         self.az = (index - 1) % 3 + 1
+        self.secret = secret
 
     def command(self):
         cmd = [self.stratad, "--node-id", str(self.index),
                "--az", "az%d" % self.az, "--host-label", "h%d" % self.index,
                "--listen", "%s:%d" % (self.host, self.port),
                "--peer-listen", "%s:%d" % (self.host, self.peer_port),
-               "--data-dir", self.data_dir]
+               "--data-dir", self.data_dir, "--peer-secret-file", self.secret]
         if self.index == 1:
             return cmd + ["--bootstrap", "--bootstrap-expect", str(min(self.n_nodes, 3))]
         return cmd + ["--join", "%s:%d" % (self.host, self.bootstrap_peer)]
@@ -233,9 +235,9 @@ class NetNode(ClusterNode):
     on every address of its namespace, advertises its bridge address, and every node
     uses the same ports. The runner reaches it at its bridge address."""
 
-    def __init__(self, index, stratad, data_dir, log_path, net, n_nodes):
+    def __init__(self, index, stratad, data_dir, log_path, net, n_nodes, secret):
         super().__init__(index, stratad, data_dir, log_path, net.PORT, net.PEER_PORT,
-                         net.PEER_PORT, n_nodes)
+                         net.PEER_PORT, n_nodes, secret)
         self.net, self.host = net, net.addr(index)
 
     def command(self):
@@ -245,7 +247,7 @@ class NetNode(ClusterNode):
                "--advertise", "%s:%d" % (self.host, self.port),
                "--peer-listen", "0.0.0.0:%d" % self.peer_port,
                "--peer-advertise", "%s:%d" % (self.host, self.peer_port),
-               "--data-dir", self.data_dir]
+               "--data-dir", self.data_dir, "--peer-secret-file", self.secret]
         if self.index == 1:
             cmd += ["--bootstrap", "--bootstrap-expect", str(min(self.n_nodes, 3))]
         else:
@@ -977,16 +979,22 @@ def make_nodes(args, out_dir, net=None):
         fresh_dir(d, log)
         return [Node(0, args.stratad, d, log, free_ports(1)[0])]
     ports = free_ports(2 * args.cluster)
+    # The cluster's peer secret, readable by its owner alone (as stratad requires).
+    secret = os.path.join(out_dir, "peer-secret")
+    fd = os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.write(fd, os.urandom(32).hex().encode() + b"\n")
+    os.close(fd)
+    os.chmod(secret, 0o600)
     nodes = []
     for i in range(1, args.cluster + 1):
         d, log = os.path.join(out_dir, "n%d" % i), os.path.join(out_dir, "n%d.log" % i)
         fresh_dir(d, log)
         if net is not None:
-            nodes.append(NetNode(i, args.stratad, d, log, net, args.cluster))
+            nodes.append(NetNode(i, args.stratad, d, log, net, args.cluster, secret))
         else:
             nodes.append(ClusterNode(i, args.stratad, d, log,
                                      ports[i - 1], ports[args.cluster + i - 1],
-                                     ports[args.cluster], args.cluster))
+                                     ports[args.cluster], args.cluster, secret))
     return nodes
 
 

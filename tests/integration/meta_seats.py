@@ -67,13 +67,14 @@ class Cluster:
         self.procs = {}
         self.logs = {}
 
-    def start(self, nid, env=None):
-        """Starts node nid, with `env` (a dict) added to the environment."""
+    def start(self, nid, env=None, extra=()):
+        """Starts node nid, with `env` (a dict) added to the environment and `extra` to its
+        command line."""
         i = nid - 1
         cmd = harness.node_command(self.stratad, nid, self.azs[i], self.cports[i], self.pports[i],
                                    self.pports[0], os.path.join(self.work, "d%d" % nid),
                                    ["--initial-partitions", "4", "--replace-after", "5",
-                                    "--throttle", "false"])
+                                    "--throttle", "false"] + list(extra))
         f = self.logs.setdefault(nid, open(os.path.join(self.work, "n%d.log" % nid), "a"))
         self.procs[nid] = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT,
                                            stdin=subprocess.DEVNULL,

@@ -4,6 +4,8 @@ says Hello as a node of the cluster, and sends frames, well-formed or not.
 Imported by the integration scripts next to it. The frame checksums need Debian's
 python3-xxhash (deploy/install-deps.sh installs it).
 """
+import hashlib
+import hmac
 import os
 import re
 import socket
@@ -14,6 +16,7 @@ import xxhash
 FRAME_MAGIC = 0x53545250
 FRAME_VERSION = 1
 FRAME_HELLO, FRAME_MESSAGE, FRAME_REQUEST, FRAME_RESPONSE, FRAME_ERROR = 1, 2, 3, 4, 5
+FRAME_PROOF = 6
 PROTOCOL_VERSION = 1
 CLUSTER_ID = "strata"  # the cluster name when --cluster-name is not given
 # Message types of cluster/router_cluster.c.
@@ -48,11 +51,49 @@ def frame(ftype, msg_type, corr, payload, version=FRAME_VERSION):
     return head + struct.pack(">Q", xxhash.xxh3_64_intdigest(head + payload)) + payload
 
 
-def hello(cluster_id=CLUSTER_ID, node_id=99, protocol=PROTOCOL_VERSION):
-    """A strata.Hello (proto/strata.proto), encoded by hand."""
+def hello(cluster_id=CLUSTER_ID, node_id=99, protocol=PROTOCOL_VERSION, nonce=None):
+    """A strata.Hello (proto/strata.proto), encoded by hand; `nonce`: its auth_nonce."""
     cid = cluster_id.encode()
-    return (b"\x0a" + varint(len(cid)) + cid + b"\x10" + varint(node_id) + b"\x18" +
-            varint(protocol))
+    out = (b"\x0a" + varint(len(cid)) + cid + b"\x10" + varint(node_id) + b"\x18" +
+           varint(protocol))
+    if nonce is not None:
+        out += b"\x22" + varint(len(nonce)) + nonce
+    return out
+
+
+def read_varint(data, i):
+    """(value, next index) of the varint at data[i]."""
+    v, shift = 0, 0
+    while True:
+        b = data[i]
+        i += 1
+        v |= (b & 0x7F) << shift
+        shift += 7
+        if not b & 0x80:
+            return v, i
+
+
+def parse_hello(payload):
+    """{field number: value} of a strata.Hello: 1 cluster id (bytes), 2 node id, 3 protocol
+    version, 4 auth nonce (bytes)."""
+    out, i = {}, 0
+    while i < len(payload):
+        key, i = read_varint(payload, i)
+        if key & 7 == 0:
+            out[key >> 3], i = read_varint(payload, i)
+        else:
+            n, i = read_varint(payload, i)
+            out[key >> 3], i = payload[i:i + n], i + n
+    return out
+
+
+def proof(secret, role, prover, verifier, dial_nonce, accept_nonce, cluster_id=CLUSTER_ID):
+    """The proof of the peer secret (rpc/rpc.c, proof_compute) that the side in `role`
+    ("D" dialler, "A" acceptor), node `prover`, sends to node `verifier`."""
+    cid = cluster_id.encode()
+    msg = (b"strata peer proof v1\0" + role.encode() + bytes([len(cid)]) + cid +
+           struct.pack(">QQ", prover, verifier) + dial_nonce + accept_nonce)
+    return hmac.new(secret, msg, hashlib.sha256).digest()
 
 
 class Peer:
