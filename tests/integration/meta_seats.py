@@ -152,15 +152,27 @@ def make_table(c, name, items):
     return arn
 
 
-def start_with_table(cl, nids):
-    """Starts nodes `nids`, waits until they are ready, and makes table TABLE with ITEMS
-    items through the first; the items ({pk: v})."""
+def start_with_table(cl, nids, extra=()):
+    """Starts nodes `nids` (`extra` added to their command lines), waits until they are
+    ready, and makes table TABLE with ITEMS items through the first; the items ({pk: v})."""
     for n in nids:
-        cl.start(n)
+        cl.start(n, extra=extra)
     poll(lambda: cl.ready(nids), "nodes %s ready" % nids)
     items = {"k%d" % i: "v%d" % i for i in range(ITEMS)}
     make_table(client(cl.cports[nids[0] - 1]), TABLE, items)
     return items
+
+
+def serves_on(cl, nids, items, writer):
+    """Nodes `nids` all run, each reads every item back strongly, and a write through node
+    `writer` succeeds."""
+    for n in nids:
+        assert cl.procs[n].poll() is None, "node %d stopped" % n
+        read_all(client(cl.cports[n - 1]), items)
+    client(cl.cports[writer - 1]).put_item(TableName=TABLE,
+                                           Item={"pk": {"S": "after"}, "v": {"S": "x"}})
+    log("every item reads back through nodes %s; a write through node %d succeeds" % (
+        list(nids), writer))
 
 
 def read_all(c, items):
