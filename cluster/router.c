@@ -733,6 +733,13 @@ size_t router_hand_off(router *r, size_t *handed)
     return 0;
 }
 
+int router_set_peer_secrets(router *r, const rpc_secrets *s, strata_err *err)
+{
+    if (r->cl == NULL)
+        return strata_err_set(err, ERR_VALIDATION, "a single node has no peers");
+    return rcluster_set_peer_secrets(r->cl, s, err);
+}
+
 int router_node_state(router *r, uint64_t node, const char *state, router_cb cb, void *ctx,
                       strata_err *err)
 {

@@ -40,6 +40,7 @@
 #include <uv.h>
 
 #include "cluster/catalog.h"
+#include "rpc/rpc.h"
 #include "storage/base/buf.h"
 #include "storage/base/err.h"
 
@@ -140,10 +141,9 @@ typedef struct {
     const char *const *join;       /* HOST:PORT peer addresses of members */
     size_t n_join;
     const char *cluster_name;      /* checked in every connection's handshake; NULL = "strata" */
-    /* The cluster's peer secret: every peer connection proves it both ways (rpc/rpc.h,
-     * Authentication). NULL: none, and a peer that has one is refused. */
-    const uint8_t *peer_secret;
-    size_t peer_secret_len;
+    /* The cluster's peer secrets: every peer connection proves one both ways (rpc/rpc.h,
+     * Authentication). count 0: none, and a peer that has one is refused. */
+    rpc_secrets peer_secrets;
     unsigned election_timeout_ms;  /* 0 = 1000 */
     unsigned heartbeat_timeout_ms; /* 0 = 100 */
     size_t memtable_bytes;         /* engine memtable bytes; 0 = the engine's default */
@@ -328,6 +328,11 @@ bool router_refused(const router *r, strata_err *why);
  * gone. *handed (may be NULL) receives the number of groups this node led since the
  * hand-off began that another node is now known to lead. 0 at once on one node. */
 size_t router_hand_off(router *r, size_t *handed);
+
+/* Replaces the peer secrets for the peer connections made from now on (rpc_set_secrets:
+ * to move the cluster to a new one, node by node; those up stay up). ERR_VALIDATION on one
+ * node, for secrets rpc/ refuses, or to turn them on or off. */
+int router_set_peer_secrets(router *r, const rpc_secrets *s, strata_err *err);
 
 /* Appends the node's view of the cluster as a JSON object (GET /admin/cluster):
  * {"node_id", "ready", "meta_leader", "nodes": [...], "partitions": [...]}; see the

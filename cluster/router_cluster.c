@@ -5128,6 +5128,11 @@ static void on_reject(void *ctx, uint64_t node, const char *addr, const char *wh
     c->rejects_unlogged = 0;
 }
 
+int rcluster_set_peer_secrets(rcluster *c, const rpc_secrets *s, strata_err *err)
+{
+    return rpc_set_secrets(c->rpc, s, err);
+}
+
 /* ------------------------------------------------------------------ joining and the map */
 
 /* Every router waits for the map to show a change (a split, a move): its commit reaches
@@ -7664,10 +7669,9 @@ static int open_rpc(rcluster *c, const router_cluster_config *cc, strata_err *er
         .listen_host = cc->peer_listen_host,
         .listen_port = cc->peer_listen_port,
         .seed = c->self,
-        .secret = cc->peer_secret,
-        .secret_len = cc->peer_secret_len,
+        .secrets = cc->peer_secrets,
     };
-    c->peer_secret = cc->peer_secret != NULL;
+    c->peer_secret = cc->peer_secrets.count > 0;
     rpc_handlers h = {.on_message = on_message,
                       .on_request = on_request,
                       .on_peer_state = on_peer_state,

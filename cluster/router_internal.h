@@ -57,6 +57,7 @@ bool rcluster_ready(const rcluster *c);
 bool rcluster_storage_failed(const rcluster *c, strata_err *why);
 bool rcluster_refused(const rcluster *c, strata_err *why);
 size_t rcluster_hand_off(rcluster *c, size_t *handed);
+int rcluster_set_peer_secrets(rcluster *c, const rpc_secrets *s, strata_err *err);
 struct wal;
 /* Whether the node's log or engine (either may be NULL) has failed; the first error in why. */
 bool router_log_or_engine_failed(const struct wal *log, const struct lsm *engine, strata_err *why);

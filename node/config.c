@@ -570,13 +570,18 @@ int config_apply_text(stratad_config *cfg, const char *name, const char *text, s
     return 0;
 }
 
-int config_read_peer_secret(const char *path, uint8_t *out, size_t cap, size_t *len,
+void config_peer_secrets_wipe(config_peer_secrets *s)
+{
+    explicit_bzero(s, sizeof *s);
+}
+
+/* Reads all of `path`, a regular file only its owner may read, into buf (at most cap
+ * bytes); *whole says whether the file ended within them. */
+static int read_secret_file(const char *path, uint8_t *buf, size_t cap, size_t *n, bool *whole,
                             strata_err *err)
 {
-    /* Room for the longest secret and some trailing whitespace; a file that does not end
-     * inside it is too long. */
-    uint8_t buf[CONFIG_PEER_SECRET_MAX + 64];
-    *len = 0;
+    *n = 0;
+    *whole = false;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return strata_err_set(err, ERR_IO, "peer secret file %s: %s", path, strerror(errno));
@@ -592,10 +597,8 @@ int config_read_peer_secret(const char *path, uint8_t *out, size_t cap, size_t *
                               "(mode %04o); chmod 600 it",
                               path, (unsigned)(st.st_mode & 07777));
     }
-    size_t n = 0;
-    bool whole = false;
-    while (!whole && n < sizeof buf) {
-        ssize_t got = read(fd, buf + n, sizeof buf - n);
+    while (!*whole && *n < cap) {
+        ssize_t got = read(fd, buf + *n, cap - *n);
         if (got < 0 && errno == EINTR)
             continue;
         if (got < 0) {
@@ -603,28 +606,71 @@ int config_read_peer_secret(const char *path, uint8_t *out, size_t cap, size_t *
             close(fd);
             return strata_err_set(err, ERR_IO, "peer secret file %s: %s", path, strerror(e));
         }
-        whole = got == 0;
-        n += (size_t)got;
+        *whole = got == 0;
+        *n += (size_t)got;
     }
-    if (!whole) { /* the buffer is full: one more byte says whether the file ends here */
+    if (!*whole) { /* the buffer is full: one more byte says whether the file ends here */
         uint8_t more;
-        whole = read(fd, &more, 1) == 0;
+        *whole = read(fd, &more, 1) == 0;
     }
     close(fd);
-    while (whole && n > 0 && isspace(buf[n - 1]))
-        n--;
-    int rc = 0;
-    if (!whole || n < CONFIG_PEER_SECRET_MIN || n > CONFIG_PEER_SECRET_MAX || n > cap)
-        rc = strata_err_set(err, ERR_VALIDATION,
-                            "peer secret file %s: wants %d to %d bytes (trailing whitespace "
-                            "aside), not %s%zu",
-                            path, CONFIG_PEER_SECRET_MIN, CONFIG_PEER_SECRET_MAX,
-                            whole ? "" : "over ", n);
-    else {
-        memcpy(out, buf, n);
-        *len = n;
+    return 0;
+}
+
+/* Splits the file's text into out's secrets, a line each (see config.h). */
+static int split_secrets(const char *path, const uint8_t *text, size_t n, config_peer_secrets *out,
+                         strata_err *err)
+{
+    size_t line = 0;
+    for (size_t at = 0; at < n;) {
+        const uint8_t *nl = memchr(text + at, '\n', n - at);
+        size_t end = nl != NULL ? (size_t)(nl - text) : n, len = end - at;
+        line++;
+        while (len > 0 && isspace(text[at + len - 1]))
+            len--;
+        if (len > 0 && out->count == CONFIG_PEER_SECRETS)
+            return strata_err_set(err, ERR_VALIDATION,
+                                  "peer secret file %s: line %zu: at most %d secrets (the "
+                                  "cluster's, and the next one while it is replaced)",
+                                  path, line, CONFIG_PEER_SECRETS);
+        if (len > 0 && (len < CONFIG_PEER_SECRET_MIN || len > CONFIG_PEER_SECRET_MAX))
+            return strata_err_set(err, ERR_VALIDATION,
+                                  "peer secret file %s: line %zu: a secret has %d to %d bytes "
+                                  "(trailing whitespace aside), not %zu",
+                                  path, line, CONFIG_PEER_SECRET_MIN, CONFIG_PEER_SECRET_MAX, len);
+        if (len > 0) {
+            memcpy(out->key[out->count], text + at, len);
+            out->len[out->count++] = len;
+        }
+        at = end + 1;
     }
-    explicit_bzero(buf, sizeof buf);
+    if (out->count == 0)
+        return strata_err_set(err, ERR_VALIDATION, "peer secret file %s: no secret in it", path);
+    return 0;
+}
+
+int config_read_peer_secrets(const char *path, config_peer_secrets *out, strata_err *err)
+{
+    /* Two of the longest secrets, their newlines and some whitespace; a file that does
+     * not end inside that holds more than two secrets can. */
+    static const size_t cap = CONFIG_PEER_SECRETS * (CONFIG_PEER_SECRET_MAX + 1) + 64;
+    uint8_t *buf = malloc(cap);
+    memset(out, 0, sizeof *out);
+    if (buf == NULL)
+        return strata_err_set(err, ERR_NOMEM, "out of memory");
+    size_t n;
+    bool whole;
+    int rc = read_secret_file(path, buf, cap, &n, &whole, err);
+    if (rc == 0 && !whole)
+        rc = strata_err_set(err, ERR_VALIDATION,
+                            "peer secret file %s: over %zu bytes, more than %d secrets hold", path,
+                            cap, CONFIG_PEER_SECRETS);
+    if (rc == 0)
+        rc = split_secrets(path, buf, n, out, err);
+    if (rc < 0)
+        config_peer_secrets_wipe(out);
+    explicit_bzero(buf, cap);
+    free(buf);
     return rc;
 }
 

@@ -20,7 +20,8 @@
  *                      elsewhere, 1..604800 (default 300; read by the meta leader) (cluster)
  *   peer_secret_file   a file holding the cluster's peer secret: every peer connection
  *                      proves, both ways, that it knows it (rpc/rpc.h, Authentication).
- *                      All nodes need the same one. Read by config_read_peer_secret  (cluster)
+ *                      All nodes need the same one; a second line while it is replaced.
+ *                      Read by config_read_peer_secrets, again on SIGHUP          (cluster)
  *   initial_partitions partitions of a new table, 1..256 (default 4)
  *   throttle           true: tables get DynamoDB's capacity limits and throttling
  *                      (ProvisionedThroughputExceededException); false: consumed capacity
@@ -148,17 +149,27 @@ int config_apply_file(stratad_config *cfg, const char *path, strata_err *err);
 int config_validate(stratad_config *cfg, strata_err *err);
 
 /*
- * Reads the peer secret from `path` into out[0, cap), its length into *len. The file must
- * be a regular file that neither its group nor others may read or write (as ssh wants
- * of a private key: the secret lets anyone in the cluster's peer port), and hold
- * CONFIG_PEER_SECRET_MIN to CONFIG_PEER_SECRET_MAX bytes once trailing whitespace (a
- * final newline) is cut; any bytes otherwise. ERR_VALIDATION says which rule failed,
- * ERR_IO that the file cannot be read. `head -c 32 /dev/urandom | base64 > FILE` makes one.
+ * Reads the peer secrets from `path`: one line, the cluster's secret, or two while it is
+ * replaced (the node proves with the first and takes either: rpc/rpc.h, Replacing the
+ * secret). The file must be a regular file that neither its group nor others may read or
+ * write (as ssh wants of a private key: a secret lets anyone in the cluster's peer port),
+ * and each line hold CONFIG_PEER_SECRET_MIN to CONFIG_PEER_SECRET_MAX bytes once trailing
+ * whitespace is cut; blank lines do not count. ERR_VALIDATION says which rule failed,
+ * ERR_IO that the file cannot be read; `out` is then empty (count 0). `head -c 32
+ * /dev/urandom | base64 > FILE` makes a secret.
  */
 #define CONFIG_PEER_SECRET_MIN 16
 #define CONFIG_PEER_SECRET_MAX 4096
-int config_read_peer_secret(const char *path, uint8_t *out, size_t cap, size_t *len,
-                            strata_err *err);
+#define CONFIG_PEER_SECRETS    2
+typedef struct {
+    uint8_t key[CONFIG_PEER_SECRETS][CONFIG_PEER_SECRET_MAX];
+    size_t len[CONFIG_PEER_SECRETS];
+    int count;
+} config_peer_secrets;
+
+int config_read_peer_secrets(const char *path, config_peer_secrets *out, strata_err *err);
+/* Wipes `s` (secrets do not linger in freed or reused memory). */
+void config_peer_secrets_wipe(config_peer_secrets *s);
 
 /* Writes the effective configuration in file syntax; it parses back to the same values. */
 void config_print(const stratad_config *cfg, FILE *f);

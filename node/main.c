@@ -1,6 +1,7 @@
 /*
  * stratad: one Strata node. Opens the router (engine + log, recovering both), serves the
- * DynamoDB API over HTTP, and shuts down cleanly on SIGTERM / SIGINT.
+ * DynamoDB API over HTTP, and shuts down cleanly on SIGTERM / SIGINT. SIGHUP reads the
+ * peer secret file again.
  */
 #include <errno.h>
 #include <signal.h>
@@ -25,6 +26,8 @@ typedef struct {
     uv_loop_t *loop;
     http_server *http;
     uv_signal_t sigterm, sigint;
+    uv_signal_t sighup;           /* reads the peer secret file again */
+    const char *peer_secret_file; /* NULL: none */
     uv_timer_t storage_check;
     uv_timer_t hand_off;
     uint64_t hand_off_start;
@@ -60,11 +63,24 @@ typedef struct {
     char client[300], peer[300];
     char join_text[CONFIG_JOIN_MAX][300];
     const char *join[CONFIG_JOIN_MAX];
-    uint8_t peer_secret[CONFIG_PEER_SECRET_MAX];
+    config_peer_secrets peer_secrets;
 } cluster_settings;
 
-_Static_assert(CONFIG_PEER_SECRET_MIN == RPC_SECRET_MIN && CONFIG_PEER_SECRET_MAX == RPC_SECRET_MAX,
+_Static_assert(CONFIG_PEER_SECRET_MIN == RPC_SECRET_MIN &&
+                   CONFIG_PEER_SECRET_MAX == RPC_SECRET_MAX &&
+                   CONFIG_PEER_SECRETS == RPC_SECRETS_MAX,
                "the configuration accepts the peer secrets rpc/ accepts");
+
+/* rpc/'s view of the secrets read from the file (pointing into `ps`). */
+static rpc_secrets rpc_secrets_of(const config_peer_secrets *ps)
+{
+    rpc_secrets rs = {.count = (size_t)ps->count};
+    for (int i = 0; i < ps->count; i++) {
+        rs.key[i] = ps->key[i];
+        rs.len[i] = ps->len[i];
+    }
+    return rs;
+}
 
 static void addr_text(char *out, size_t cap, const config_addr *a)
 {
@@ -121,10 +137,9 @@ static int cluster_settings_fill(cluster_settings *cs, const stratad_config *cfg
     cs->rc.test_meta_format = f <= UINT8_MAX ? (uint8_t)f : 0;
     if (cfg->peer_secret_file[0] == '\0')
         return 0;
-    if (config_read_peer_secret(cfg->peer_secret_file, cs->peer_secret, sizeof cs->peer_secret,
-                                &cs->rc.peer_secret_len, err) < 0)
+    if (config_read_peer_secrets(cfg->peer_secret_file, &cs->peer_secrets, err) < 0)
         return -1;
-    cs->rc.peer_secret = cs->peer_secret;
+    cs->rc.peer_secrets = rpc_secrets_of(&cs->peer_secrets);
     return 0;
 }
 
@@ -266,6 +281,37 @@ static void on_signal(uv_signal_t *h, int signum)
     uv_timer_start(&n->hand_off, on_hand_off, 0, HAND_OFF_POLL_MS);
 }
 
+/* SIGHUP: the peer secret file again, for the connections made from now on (to replace
+ * the cluster's secret node by node: rpc/rpc.h, Replacing the secret). On a bad file the
+ * secrets stay as they were. */
+static void on_sighup(uv_signal_t *h, int signum)
+{
+    node *n = h->data;
+    (void)signum;
+    if (n->peer_secret_file == NULL) {
+        fprintf(stderr, "stratad: SIGHUP: no peer secret file to read again\n");
+        return;
+    }
+    config_peer_secrets *ps = malloc(sizeof *ps);
+    strata_err err;
+    int rc = ps != NULL ? 0 : strata_err_set(&err, ERR_NOMEM, "out of memory");
+    if (rc == 0)
+        rc = config_read_peer_secrets(n->peer_secret_file, ps, &err);
+    if (rc == 0) {
+        rpc_secrets rs = rpc_secrets_of(ps);
+        rc = router_set_peer_secrets(n->r, &rs, &err);
+    }
+    if (rc == 0)
+        fprintf(stderr, "stratad: SIGHUP: %d peer secret%s read again from %s\n", ps->count,
+                ps->count == 1 ? "" : "s", n->peer_secret_file);
+    else
+        fprintf(stderr, "stratad: SIGHUP: peer secrets kept as they were: %s\n", err.msg);
+    if (ps != NULL) {
+        config_peer_secrets_wipe(ps);
+        free(ps);
+    }
+}
+
 int main(int argc, char **argv)
 {
     stratad_config cfg;
@@ -306,9 +352,9 @@ int main(int argc, char **argv)
         rc.cluster = &cs.rc;
     }
     router *r = router_open(&rc, &err);
-    /* rpc/ keeps its own copy of the peer secret. */
+    /* rpc/ keeps its own copy of the peer secrets. */
     if (rc.cluster != NULL)
-        explicit_bzero(cs.peer_secret, sizeof cs.peer_secret);
+        config_peer_secrets_wipe(&cs.peer_secrets);
     if (r == NULL) {
         fprintf(stderr, "stratad: cannot open %s: %s: %s\n", cfg.data_dir,
                 strata_code_name(err.code), err.msg);
@@ -361,6 +407,12 @@ int main(int argc, char **argv)
     n.sigterm.data = n.sigint.data = &n;
     uv_signal_start(&n.sigterm, on_signal, SIGTERM);
     uv_signal_start(&n.sigint, on_signal, SIGINT);
+    uv_signal_init(n.loop, &n.sighup);
+    n.sighup.data = &n;
+    n.peer_secret_file =
+        rc.cluster != NULL && cfg.peer_secret_file[0] != '\0' ? cfg.peer_secret_file : NULL;
+    uv_signal_start(&n.sighup, on_sighup, SIGHUP);
+    uv_unref((uv_handle_t *)&n.sighup);
     n.r = r;
     n.replicated = rc.cluster != NULL;
     uv_timer_init(n.loop, &n.storage_check);
@@ -383,6 +435,7 @@ int main(int argc, char **argv)
 
     uv_close((uv_handle_t *)&n.sigterm, NULL);
     uv_close((uv_handle_t *)&n.sigint, NULL);
+    uv_close((uv_handle_t *)&n.sighup, NULL);
     uv_close((uv_handle_t *)&n.storage_check, NULL);
     uv_close((uv_handle_t *)&n.hand_off, NULL);
     router_close(r);

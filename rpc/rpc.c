@@ -152,8 +152,11 @@ struct rpc {
     uint64_t next_corr;
     uint64_t next_conn_id;
     rpc_responder *responders;
-    uint8_t *secret; /* NULL: no peer authentication */
-    size_t secret_len;
+    /* The peer secrets (rpc_secrets, copied): we prove with secret[0]. n_secrets 0: no
+     * peer authentication. */
+    uint8_t *secret[RPC_SECRETS_MAX];
+    size_t secret_len[RPC_SECRETS_MAX];
+    size_t n_secrets;
     rpc_stats stats;
     uint8_t readbuf[READ_BUF_SIZE];
 };
@@ -172,19 +175,21 @@ static uint64_t next_random(rpc *r)
     return z ^ (z >> 31);
 }
 
-static void free_secret(rpc *r)
+static void free_secrets(rpc *r)
 {
-    if (r->secret != NULL)
-        OPENSSL_cleanse(r->secret, r->secret_len);
-    free(r->secret);
-    r->secret = NULL;
+    for (size_t i = 0; i < r->n_secrets; i++) {
+        OPENSSL_cleanse(r->secret[i], r->secret_len[i]);
+        free(r->secret[i]);
+        r->secret[i] = NULL;
+    }
+    r->n_secrets = 0;
 }
 
 static void handle_closed(rpc *r)
 {
     assert(r->handles > 0);
     if (--r->handles == 0 && r->closing) {
-        free_secret(r);
+        free_secrets(r);
         free(r);
     }
 }
@@ -626,7 +631,7 @@ static void send_hello(conn *c)
     h.cluster_id = r->cluster_id;
     h.node_id = r->node_id;
     h.protocol_version = RPC_PROTOCOL_VERSION;
-    if (r->secret != NULL) {
+    if (r->n_secrets > 0) {
         if (RAND_bytes(c->nonce, NONCE_LEN) != 1) {
             conn_fail(c, "no random bytes for the handshake nonce");
             return;
@@ -648,12 +653,12 @@ static void put_u64be(uint8_t *p, uint64_t v)
 }
 
 /*
- * The proof that one side of `c` knows the secret: ours (`ours`) or the one the remote
- * must send. It binds the prover's role on this connection ('D' dialler, 'A' acceptor),
- * so that a proof cannot be reflected back, and both fresh nonces (the dialler's first),
- * so that it is good for this connection only. Returns -1 if libcrypto fails.
+ * The proof that one side of `c` knows secret number `key`: ours (`ours`) or the one the
+ * remote must send. It binds the prover's role on this connection ('D' dialler, 'A'
+ * acceptor), so that a proof cannot be reflected back, and both fresh nonces (the
+ * dialler's first), so that it is good for this connection only. -1 if libcrypto fails.
  */
-static int proof_compute(const conn *c, bool ours, uint8_t out[PROOF_LEN])
+static int proof_compute(const conn *c, bool ours, size_t key, uint8_t out[PROOF_LEN])
 {
     const rpc *r = c->r;
     bool prover_dialled = ours == c->outbound;
@@ -673,7 +678,7 @@ static int proof_compute(const conn *c, bool ours, uint8_t out[PROOF_LEN])
     memcpy(in + n + NONCE_LEN, c->outbound ? c->remote_nonce : c->nonce, NONCE_LEN);
     n += 2 * NONCE_LEN;
     unsigned int out_len = 0;
-    if (HMAC(EVP_sha256(), r->secret, (int)r->secret_len, in, n, out, &out_len) == NULL ||
+    if (HMAC(EVP_sha256(), r->secret[key], (int)r->secret_len[key], in, n, out, &out_len) == NULL ||
         out_len != PROOF_LEN)
         return -1;
     return 0;
@@ -682,7 +687,7 @@ static int proof_compute(const conn *c, bool ours, uint8_t out[PROOF_LEN])
 static void send_proof(conn *c)
 {
     uint8_t proof[PROOF_LEN];
-    if (proof_compute(c, true, proof) < 0) {
+    if (proof_compute(c, true, 0, proof) < 0) {
         conn_fail(c, "cannot compute the handshake proof");
         return;
     }
@@ -765,14 +770,14 @@ static void on_hello(conn *c, const rpc_frame *f)
     else if (c->peer != NULL && h->node_id != c->peer->node_id &&
              c->peer->node_id < RPC_SEED_ID_MIN)
         bad = "unexpected node id";
-    else if (r->secret != NULL && h->auth_nonce.len == 0)
+    else if (r->n_secrets > 0 && h->auth_nonce.len == 0)
         bad = "the peer has no peer secret; this node requires one";
-    else if (r->secret == NULL && h->auth_nonce.len != 0)
+    else if (r->n_secrets == 0 && h->auth_nonce.len != 0)
         bad = "the peer requires a peer secret; this node has none";
-    else if (r->secret != NULL && h->auth_nonce.len != NONCE_LEN)
+    else if (r->n_secrets > 0 && h->auth_nonce.len != NONCE_LEN)
         bad = "bad handshake nonce";
     uint64_t node = h != NULL ? h->node_id : 0;
-    if (bad == NULL && r->secret != NULL)
+    if (bad == NULL && r->n_secrets > 0)
         memcpy(c->remote_nonce, h->auth_nonce.data, NONCE_LEN);
     if (h != NULL)
         strata__hello__free_unpacked(h, NULL);
@@ -780,7 +785,7 @@ static void on_hello(conn *c, const rpc_frame *f)
         reject_handshake(c, node, false, bad);
         return;
     }
-    if (r->secret == NULL) {
+    if (r->n_secrets == 0) {
         handshake_done(c, node);
         return;
     }
@@ -791,11 +796,22 @@ static void on_hello(conn *c, const rpc_frame *f)
     send_proof(c);
 }
 
+/* Whether the remote's proof was made with one of our secrets. */
+static bool proof_good(const conn *c, const rpc_frame *f)
+{
+    bool good = false;
+    for (size_t k = 0; k < c->r->n_secrets && f->len == PROOF_LEN; k++) {
+        uint8_t want[PROOF_LEN];
+        if (proof_compute(c, false, k, want) == 0 &&
+            CRYPTO_memcmp(want, f->payload, PROOF_LEN) == 0)
+            good = true;
+    }
+    return good;
+}
+
 static void on_proof(conn *c, const rpc_frame *f)
 {
-    uint8_t want[PROOF_LEN];
-    if (f->len != PROOF_LEN || proof_compute(c, false, want) < 0 ||
-        CRYPTO_memcmp(want, f->payload, PROOF_LEN) != 0) {
+    if (!proof_good(c, f)) {
         reject_handshake(c, c->hello_node, true, "wrong proof of the peer secret");
         return;
     }
@@ -1036,19 +1052,48 @@ static int parse_addr(const char *host, int port, struct sockaddr_storage *out, 
     return strata_err_set(err, ERR_VALIDATION, "rpc: '%s' is not a numeric IP address", host);
 }
 
-static int copy_secret(rpc *r, const rpc_options *o, strata_err *err)
+static int secrets_check(const rpc_secrets *s, strata_err *err)
 {
-    if (o->secret == NULL)
-        return 0;
-    if (o->secret_len < RPC_SECRET_MIN || o->secret_len > RPC_SECRET_MAX)
-        return strata_err_set(err, ERR_VALIDATION, "rpc: a peer secret has %d to %d bytes",
-                              RPC_SECRET_MIN, RPC_SECRET_MAX);
-    r->secret = malloc(o->secret_len);
-    if (r->secret == NULL)
-        return strata_err_set(err, ERR_NOMEM, "rpc: out of memory");
-    memcpy(r->secret, o->secret, o->secret_len);
-    r->secret_len = o->secret_len;
+    if (s->count > RPC_SECRETS_MAX)
+        return strata_err_set(err, ERR_VALIDATION, "rpc: at most %d peer secrets", RPC_SECRETS_MAX);
+    for (size_t i = 0; i < s->count; i++)
+        if (s->key[i] == NULL || s->len[i] < RPC_SECRET_MIN || s->len[i] > RPC_SECRET_MAX)
+            return strata_err_set(err, ERR_VALIDATION, "rpc: a peer secret has %d to %d bytes",
+                                  RPC_SECRET_MIN, RPC_SECRET_MAX);
     return 0;
+}
+
+/* Copies the checked secrets `s` over r's (all or nothing). */
+static int secrets_copy(rpc *r, const rpc_secrets *s, strata_err *err)
+{
+    uint8_t *copy[RPC_SECRETS_MAX] = {0};
+    for (size_t i = 0; i < s->count; i++) {
+        copy[i] = malloc(s->len[i]);
+        if (copy[i] == NULL) {
+            for (size_t j = 0; j < i; j++)
+                free(copy[j]);
+            return strata_err_set(err, ERR_NOMEM, "rpc: out of memory");
+        }
+        memcpy(copy[i], s->key[i], s->len[i]);
+    }
+    free_secrets(r);
+    for (size_t i = 0; i < s->count; i++) {
+        r->secret[i] = copy[i];
+        r->secret_len[i] = s->len[i];
+    }
+    r->n_secrets = s->count;
+    return 0;
+}
+
+int rpc_set_secrets(rpc *r, const rpc_secrets *s, strata_err *err)
+{
+    if (secrets_check(s, err) < 0)
+        return -1;
+    if ((s->count == 0) != (r->n_secrets == 0))
+        return strata_err_set(err, ERR_VALIDATION,
+                              "rpc: a peer secret cannot be turned %s while the node runs",
+                              s->count == 0 ? "off" : "on");
+    return secrets_copy(r, s, err);
 }
 
 rpc *rpc_open(uv_loop_t *loop, const rpc_options *o, const rpc_handlers *handlers, strata_err *err)
@@ -1084,7 +1129,7 @@ rpc *rpc_open(uv_loop_t *loop, const rpc_options *o, const rpc_handlers *handler
     r->prng = o->seed;
     if (handlers != NULL)
         r->h = *handlers;
-    if (copy_secret(r, o, err) < 0) {
+    if (secrets_check(&o->secrets, err) < 0 || secrets_copy(r, &o->secrets, err) < 0) {
         free(r);
         return NULL;
     }

@@ -13,7 +13,7 @@
  * connection whose Hello names another cluster, another protocol version or (outbound)
  * another node than the one dialled is closed before any other frame is delivered.
  *
- * Authentication. With a peer secret (options.secret) a connection also proves, both
+ * Authentication. With a peer secret (options.secrets) a connection also proves, both
  * ways, that the other side knows the same secret before anything else passes: each
  * Hello carries a fresh 32-byte random nonce, and each side then sends a PROOF frame,
  * HMAC-SHA256 keyed with the secret over a label of its role (dialler or acceptor), the
@@ -25,6 +25,12 @@
  * cluster. It keeps out whoever can reach the peer port without the secret; it does not
  * encrypt nor guard against someone who can change traffic on the path (that needs TLS).
  * Without a secret anyone who names the cluster in a Hello is taken for a peer.
+ *
+ * Replacing the secret. An endpoint holds one or two secrets: it proves with the first and
+ * takes a proof made with either. So a cluster moves from secret A to B without a moment
+ * where two of its nodes refuse each other, one node at a time at each step: {A, B}
+ * everywhere, then {B, A}, then {B}. rpc_set_secrets changes them on a running endpoint
+ * (for connections made from then on; those up stay up).
  *
  * Reconnect. A failed connect, a connect + handshake slower than connect_timeout_ms, a
  * corrupt frame or a closed socket closes the outbound connection; it is re-dialled after
@@ -62,6 +68,15 @@
 #define RPC_HOST_MAX         64
 #define RPC_SECRET_MIN       16 /* bytes of a peer secret */
 #define RPC_SECRET_MAX       4096
+#define RPC_SECRETS_MAX      2
+
+/* The peer secrets (see Authentication): key[0] is the one this endpoint proves with; a
+ * proof made with any of them is taken. count 0: no authentication. */
+typedef struct {
+    const uint8_t *key[RPC_SECRETS_MAX];
+    size_t len[RPC_SECRETS_MAX]; /* each RPC_SECRET_MIN..RPC_SECRET_MAX */
+    size_t count;
+} rpc_secrets;
 /* Peer ids from RPC_SEED_ID_MIN up name "seeds": addresses whose node id is not known
  * yet (a node joining a cluster knows only addresses). The handshake of a seed accepts
  * any node id of the same cluster, and everything on that connection stays under the
@@ -87,10 +102,9 @@ typedef struct {
     uint32_t backoff_min_ms;     /* default 50 */
     uint32_t backoff_max_ms;     /* default 5000 */
     uint64_t seed;               /* jitter PRNG seed */
-    /* The cluster's peer secret (see Authentication), copied; NULL: none. When given,
-     * RPC_SECRET_MIN..RPC_SECRET_MAX bytes, and every node of the cluster needs it. */
-    const uint8_t *secret;
-    size_t secret_len;
+    /* The cluster's peer secrets (see Authentication), copied; count 0: none. Every node
+     * of the cluster needs one of them. */
+    rpc_secrets secrets;
 } rpc_options;
 
 typedef struct {
@@ -126,6 +140,12 @@ rpc *rpc_open(uv_loop_t *loop, const rpc_options *opts, const rpc_handlers *hand
  * before this returns; unanswered responders are released. The memory is freed once
  * the loop has run the close callbacks, so run the loop (e.g. uv_run DEFAULT) after. */
 void rpc_close(rpc *r);
+
+/* Replaces the peer secrets (copied) for the handshakes from now on. ERR_VALIDATION for
+ * a bad length or count, or to turn authentication on or off (count 0 against more, or
+ * the other way round): a node with a secret and one without refuse each other, so that
+ * takes a restart of every node at once. */
+int rpc_set_secrets(rpc *r, const rpc_secrets *s, strata_err *err);
 
 /* The port actually bound (useful with listen_port 0). */
 int rpc_listen_port(const rpc *r);

@@ -153,10 +153,11 @@ def make_table(c, name, items):
 
 
 def start_with_table(cl, nids, extra=()):
-    """Starts nodes `nids` (`extra` added to their command lines), waits until they are
-    ready, and makes table TABLE with ITEMS items through the first; the items ({pk: v})."""
+    """Starts nodes `nids` (`extra` added to their command lines; a function of the node
+    id gives each its own), waits until they are ready, and makes table TABLE with ITEMS
+    items through the first; the items ({pk: v})."""
     for n in nids:
-        cl.start(n, extra=extra)
+        cl.start(n, extra=extra(n) if callable(extra) else extra)
     poll(lambda: cl.ready(nids), "nodes %s ready" % nids)
     items = {"k%d" % i: "v%d" % i for i in range(ITEMS)}
     make_table(client(cl.cports[nids[0] - 1]), TABLE, items)

@@ -17,10 +17,19 @@ Nodes 1-3 (az1-az3) share a secret; a table with items. A test client of the pee
     proofs, both log why, and node 4 stays out of the map; restarted with the cluster's
     secret it joins.
  f) a secret file its group or others may read: stratad refuses to start (exit 2).
-Then every node reads every item back strongly and a write through node 2 succeeds.
+ g) the cluster moves to a new secret without a restart, node by node in the three steps
+    of rpc/rpc.h (each node's file rewritten, then SIGHUP): {old, new}, {new, old}, {new}.
+    After each step node 2 proves with the first and takes a proof with either; in the
+    middle of the second step node 3 is killed and restarted, its file one step behind,
+    and rejoins; at the end node 1 is restarted, every one of its links made anew on the
+    new secret alone, and a proof with the old one is refused.
+ h) a SIGHUP while the file is bad (others may read it) keeps the secret in use.
+Each node has its own copy of the file, as on machines of their own. Then every node
+reads every item back strongly and a write through node 2 succeeds.
 Every wait polls a condition with a deadline. KEEP=1 keeps the nodes' logs.
 """
 import os
+import signal
 import subprocess
 import sys
 
@@ -31,18 +40,24 @@ AZS = ["az1", "az2", "az3", "az1"]
 TARGET = 2
 SECRET = b"the cluster's peer secret: 0123456789"
 OTHER = b"another cluster's secret: 9876543210"
+NEW = b"the cluster's next peer secret: 2468"
 
 
 def log(*a):
     print(*a, flush=True)
 
 
-def secret_file(cl, name, secret, mode=0o600):
+def secret_file(cl, name, secret, mode=0o600, *more):
+    """Writes file `name` in the work directory: `secret`, then `more`, a line each."""
     path = os.path.join(cl.work, name)
     with open(path, "wb") as f:
-        f.write(secret + b"\n")
+        f.write(b"".join(s + b"\n" for s in (secret,) + more))
     os.chmod(path, mode)
     return path
+
+
+def node_file(cl, nid, *secrets, mode=0o600):
+    return secret_file(cl, "secret-n%d" % nid, secrets[0], mode, *secrets[1:])
 
 
 def rpc_stats(cl, nid=TARGET):
@@ -121,6 +136,64 @@ def a_to_d(cl):
     log("   node %d logged %d line(s) of refusals for five" % (TARGET, lines))
 
 
+def node_handshake(cl, node_key, our_key):
+    """A handshake with node TARGET: checks that it proves with `node_key`, proves `our_key`;
+    whether the node took it (a request answered) or closed the connection."""
+    nonce = os.urandom(32)
+    c, node, theirs, their_proof = open_handshake(cl, nonce)
+    assert their_proof == P.proof(node_key, "A", node, 99, nonce, theirs), \
+        "node %d does not prove with %r" % (TARGET, node_key)
+    c.send(P.frame(P.FRAME_PROOF, 0, 0, P.proof(our_key, "D", 99, node, nonce, theirs)))
+    answer = c.request(999, b"x")
+    c.close()
+    return answer is not None
+
+
+def hup(cl, nid, count):
+    """SIGHUP to node nid; waits until it says it read `count` secrets again."""
+    said = "SIGHUP: %d peer secret%s read again" % (count, "" if count == 1 else "s")
+    before = cl.said_count(nid, said)
+    cl.procs[nid].send_signal(signal.SIGHUP)
+    S.poll(lambda: cl.said_count(nid, said) > before, "node %d read its secrets again" % nid)
+
+
+def g_rotate(cl, items):
+    steps = [(SECRET, NEW), (NEW, SECRET), (NEW,)]
+    for k, secrets in enumerate(steps):
+        for n in (1, 2, 3, 4):
+            node_file(cl, n, *secrets)
+            hup(cl, n, len(secrets))
+            if k == 1 and n == 2:
+                # Nodes 1 and 2 prove the new secret, 3 and 4 the old one: node 3, its file
+                # still {old, new}, restarts and makes every link anew.
+                cl.kill(3)
+                cl.start(3, extra=["--peer-secret-file", node_file(cl, 3, *steps[0])])
+                S.poll(lambda: cl.ready([3]), "node 3 ready again")
+                S.read_all(S.client(cl.cports[2]), items)
+                log("   node 3 restarted in the middle of step 2, a step behind: rejoins")
+        for key in (SECRET, NEW):
+            took = node_handshake(cl, secrets[0], key)
+            assert took == (key in secrets), "step %d: key %r taken: %s" % (k + 1, key, took)
+        log("g) step %d (%d secret(s)): node 2 proves with the first, takes %s" % (
+            k + 1, len(secrets), "either" if len(secrets) == 2 else "only it"))
+    cl.kill(1)
+    cl.start(1, extra=["--peer-secret-file", node_file(cl, 1, NEW)])
+    S.poll(lambda: cl.ready([1]), "node 1 ready again")
+    S.read_all(S.client(cl.cports[0]), items)
+    log("   node 1 restarted on the new secret alone: every link made anew, it rejoins")
+
+
+def h_bad_hup(cl):
+    node_file(cl, TARGET, SECRET, mode=0o644)
+    before = cl.said_count(TARGET, "peer secrets kept as they were")
+    cl.procs[TARGET].send_signal(signal.SIGHUP)
+    S.poll(lambda: cl.said_count(TARGET, "peer secrets kept as they were") > before,
+           "node %d keeps its secrets" % TARGET)
+    assert node_handshake(cl, NEW, NEW) and not node_handshake(cl, NEW, SECRET)
+    log("h) a SIGHUP with a file others may read: the secret in use is kept")
+    node_file(cl, TARGET, NEW)
+
+
 def e_wrong_secret(cl, right, wrong):
     before = rpc_stats(cl, 1)
     cl.start(4, extra=["--peer-secret-file", wrong])
@@ -135,7 +208,7 @@ def e_wrong_secret(cl, right, wrong):
     log("e) node 4 with another secret: %d proofs refused by node 1, not in the map" % (
         counted_on_1["auth_failures"] - before["auth_failures"]))
     cl.kill(4)
-    cl.start(4, extra=["--peer-secret-file", right])
+    cl.start(4, extra=["--peer-secret-file", right(4)])
     S.poll(lambda: cl.ready([4]), "node 4 ready with the cluster's secret")
     S.poll(lambda: 4 in [n["id"] for n in cl.admin(1)["nodes"]], "node 4 in node 1's map")
     log("   restarted with the cluster's secret: it joins")
@@ -153,9 +226,10 @@ def f_loose_file(cl):
 
 
 def steps(cl, cli):
-    right = secret_file(cl, "secret", SECRET)
+    def right(n):
+        return node_file(cl, n, SECRET)
     wrong = secret_file(cl, "other-secret", OTHER)
-    items = S.start_with_table(cl, [1, 2, 3], ["--peer-secret-file", right])
+    items = S.start_with_table(cl, [1, 2, 3], lambda n: ["--peer-secret-file", right(n)])
     for n in (1, 2, 3):
         S.read_all(S.client(cl.cports[n - 1]), items)
     log("nodes 1-3 formed a cluster with the secret; every item reads back through each")
@@ -163,6 +237,8 @@ def steps(cl, cli):
     a_to_d(cl)
     e_wrong_secret(cl, right, wrong)
     f_loose_file(cl)
+    g_rotate(cl, items)
+    h_bad_hup(cl)
 
     S.serves_on(cl, [1, 2, 3, 4], items, TARGET)
 

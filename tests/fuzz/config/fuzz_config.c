@@ -23,6 +23,7 @@ static bool same(const stratad_config *a, const stratad_config *b)
         !same_addr(&a->peer_advertise, &b->peer_advertise) || a->join_count != b->join_count ||
         a->bootstrap != b->bootstrap || a->initial_partitions != b->initial_partitions ||
         a->level != b->level || strcmp(a->region, b->region) != 0 ||
+        strcmp(a->peer_secret_file, b->peer_secret_file) != 0 ||
         config_cluster_mode(a) != config_cluster_mode(b))
         return false;
     for (int i = 0; i < a->join_count; i++)

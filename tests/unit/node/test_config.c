@@ -575,58 +575,83 @@ static void test_peer_secret_file(void **state)
     assert_non_null(strstr(err.msg, "node_id")); /* a cluster key: cluster mode */
 
     char path[64];
-    uint8_t out[CONFIG_PEER_SECRET_MAX];
-    size_t len = 99;
+    static config_peer_secrets out;
     write_temp(path, sizeof path, "0123456789abcdef-secret\n\n");
-    assert_int_equal(config_read_peer_secret(path, out, sizeof out, &len, &err), 0);
-    assert_int_equal(len, 23);
-    assert_memory_equal(out, "0123456789abcdef-secret", 23);
+    assert_int_equal(config_read_peer_secrets(path, &out, &err), 0);
+    assert_int_equal(out.count, 1);
+    assert_int_equal(out.len[0], 23);
+    assert_memory_equal(out.key[0], "0123456789abcdef-secret", 23);
 
     /* Readable by others: refused, as ssh refuses such a key. */
     assert_int_equal(chmod(path, 0644), 0);
-    assert_int_equal(config_read_peer_secret(path, out, sizeof out, &len, &err), -1);
+    assert_int_equal(config_read_peer_secrets(path, &out, &err), -1);
     assert_int_equal(err.code, ERR_VALIDATION);
     assert_non_null(strstr(err.msg, "chmod 600"));
-    assert_int_equal(len, 0);
+    assert_int_equal(out.count, 0);
     assert_int_equal(chmod(path, 0640), 0);
-    assert_int_equal(config_read_peer_secret(path, out, sizeof out, &len, &err), -1);
+    assert_int_equal(config_read_peer_secrets(path, &out, &err), -1);
     unlink(path);
 
-    /* Too short once the newline is cut; too long; the longest accepted. */
+    /* Two lines while the secret is replaced (blank lines and \r\n aside); not three. */
+    write_temp(path, sizeof path, "\nthe cluster's new secret\r\n\n  the old one, still taken \n");
+    assert_int_equal(config_read_peer_secrets(path, &out, &err), 0);
+    assert_int_equal(out.count, 2);
+    assert_int_equal(out.len[0], 24);
+    assert_memory_equal(out.key[0], "the cluster's new secret", 24);
+    assert_int_equal(out.len[1], 26);
+    assert_memory_equal(out.key[1], "  the old one, still taken", 26);
+    unlink(path);
+    write_temp(path, sizeof path, "0123456789abcdef\n0123456789abcdef\n0123456789abcdef\n");
+    assert_int_equal(config_read_peer_secrets(path, &out, &err), -1);
+    assert_non_null(strstr(err.msg, "line 3: at most 2 secrets"));
+    assert_int_equal(out.count, 0);
+    unlink(path);
+    write_temp(path, sizeof path, " \n\t\n");
+    assert_int_equal(config_read_peer_secrets(path, &out, &err), -1);
+    assert_non_null(strstr(err.msg, "no secret"));
+    unlink(path);
+
+    /* Too short once the newline is cut (either line); too long; the longest accepted. */
     write_temp(path, sizeof path, "fifteen bytes..\n");
-    assert_int_equal(config_read_peer_secret(path, out, sizeof out, &len, &err), -1);
+    assert_int_equal(config_read_peer_secrets(path, &out, &err), -1);
+    assert_non_null(strstr(err.msg, "line 1: a secret has 16 to 4096 bytes"));
     assert_non_null(strstr(err.msg, "not 15"));
+    unlink(path);
+    write_temp(path, sizeof path, "0123456789abcdef\nfifteen bytes..\n");
+    assert_int_equal(config_read_peer_secrets(path, &out, &err), -1);
+    assert_non_null(strstr(err.msg, "line 2:"));
     unlink(path);
     char *big = malloc(CONFIG_PEER_SECRET_MAX + 2);
     memset(big, 'x', CONFIG_PEER_SECRET_MAX + 1);
     big[CONFIG_PEER_SECRET_MAX + 1] = '\0';
     write_temp(path, sizeof path, big);
-    assert_int_equal(config_read_peer_secret(path, out, sizeof out, &len, &err), -1);
+    assert_int_equal(config_read_peer_secrets(path, &out, &err), -1);
     assert_non_null(strstr(err.msg, "not 4097"));
     unlink(path);
     big[CONFIG_PEER_SECRET_MAX] = '\n';
     write_temp(path, sizeof path, big);
-    assert_int_equal(config_read_peer_secret(path, out, sizeof out, &len, &err), 0);
-    assert_int_equal(len, CONFIG_PEER_SECRET_MAX);
+    assert_int_equal(config_read_peer_secrets(path, &out, &err), 0);
+    assert_int_equal(out.len[0], CONFIG_PEER_SECRET_MAX);
     unlink(path);
     free(big);
-    /* Whitespace where a short read would stop does not cut a long secret short. */
-    big = malloc(2 * CONFIG_PEER_SECRET_MAX);
-    memset(big, ' ', 2 * CONFIG_PEER_SECRET_MAX - 1);
+    /* A file longer than two secrets can be is refused, whatever it ends with. */
+    size_t huge = 3 * CONFIG_PEER_SECRET_MAX;
+    big = malloc(huge);
+    memset(big, ' ', huge - 1);
     memset(big, 'x', 100);
-    big[2 * CONFIG_PEER_SECRET_MAX - 2] = 'y';
-    big[2 * CONFIG_PEER_SECRET_MAX - 1] = '\0';
+    big[huge - 1] = '\0';
     write_temp(path, sizeof path, big);
-    assert_int_equal(config_read_peer_secret(path, out, sizeof out, &len, &err), -1);
-    assert_non_null(strstr(err.msg, "not over"));
+    assert_int_equal(config_read_peer_secrets(path, &out, &err), -1);
+    assert_non_null(strstr(err.msg, "more than 2 secrets hold"));
     unlink(path);
     free(big);
 
     /* Missing, or a directory. */
-    assert_int_equal(config_read_peer_secret("/nonexistent/s", out, sizeof out, &len, &err), -1);
+    assert_int_equal(config_read_peer_secrets("/nonexistent/s", &out, &err), -1);
     assert_int_equal(err.code, ERR_IO);
-    assert_int_equal(config_read_peer_secret("/tmp", out, sizeof out, &len, &err), -1);
+    assert_int_equal(config_read_peer_secrets("/tmp", &out, &err), -1);
     assert_int_equal(err.code, ERR_VALIDATION);
+    config_peer_secrets_wipe(&out);
 }
 
 static void test_helpers(void **state)

@@ -848,13 +848,29 @@ static void test_inbound_bound(void **state)
 static const char SECRET_A[] = "the cluster's peer secret, 1";
 static const char SECRET_B[] = "another cluster's secret, 22";
 
+/* Secrets `first` (proved with) and `second` (also taken); NULL ends the list. */
+static rpc_secrets secrets_of(const char *first, const char *second)
+{
+    rpc_secrets s = {0};
+    const char *k[] = {first, second};
+    for (int i = 0; i < 2 && k[i] != NULL; i++) {
+        s.key[s.count] = (const uint8_t *)k[i];
+        s.len[s.count++] = strlen(k[i]);
+    }
+    return s;
+}
+
+static node *open_node_secrets(uint64_t id, const char *first, const char *second)
+{
+    rpc_options o = {.secrets = secrets_of(first, second)};
+    node *n = calloc(1, sizeof *n);
+    assert_int_equal(open_node_opts(n, id, "c1", 0, &o, NULL), 0);
+    return n;
+}
+
 static node *open_node_secret(uint64_t id, const char *secret)
 {
-    rpc_options o = {0};
-    if (secret != NULL) {
-        o.secret = (const uint8_t *)secret;
-        o.secret_len = strlen(secret);
-    }
+    rpc_options o = {.secrets = secrets_of(secret, NULL)};
     node *n = calloc(1, sizeof *n);
     assert_int_equal(open_node_opts(n, id, "c1", 0, &o, NULL), 0);
     return n;
@@ -1050,19 +1066,100 @@ static void test_secret_bounds(void **state)
     (void)state;
     static uint8_t big[RPC_SECRET_MAX + 1];
     size_t lens[] = {RPC_SECRET_MIN - 1, RPC_SECRET_MAX + 1};
+    strata_err e;
     for (int i = 0; i < 2; i++) {
-        rpc_options o = {.secret = big, .secret_len = lens[i]};
-        node n = {0};
-        strata_err e;
-        assert_int_equal(open_node_opts(&n, 1, "c1", 0, &o, &e), -1);
-        assert_int_equal(e.code, ERR_VALIDATION);
+        rpc_options o = {.secrets = {.key = {big, big}, .len = {RPC_SECRET_MIN, lens[i]}}};
+        for (o.secrets.count = 1; o.secrets.count <= 2; o.secrets.count++) {
+            /* The bad one first, then second. */
+            o.secrets.len[0] = o.secrets.count == 1 ? lens[i] : RPC_SECRET_MIN;
+            node n = {0};
+            assert_int_equal(open_node_opts(&n, 1, "c1", 0, &o, &e), -1);
+            assert_int_equal(e.code, ERR_VALIDATION);
+        }
     }
-    rpc_options o = {.secret = big, .secret_len = RPC_SECRET_MAX};
+    rpc_options three = {.secrets = {.key = {big, big}, .len = {20, 20}, .count = 3}};
+    node n3 = {0};
+    assert_int_equal(open_node_opts(&n3, 1, "c1", 0, &three, &e), -1);
+    assert_int_equal(e.code, ERR_VALIDATION);
+
+    rpc_options o = {.secrets = {.key = {big}, .len = {RPC_SECRET_MAX}, .count = 1}};
     node *n = calloc(1, sizeof *n);
     assert_int_equal(open_node_opts(n, 1, "c1", 0, &o, NULL), 0);
-    close_node(n);
-    uv_run(&loop, UV_RUN_DEFAULT);
-    free(n);
+    /* A secret cannot be turned off, nor a bad one set, on a running endpoint. */
+    rpc_secrets none = {0};
+    assert_int_equal(rpc_set_secrets(n->r, &none, &e), -1);
+    assert_int_equal(e.code, ERR_VALIDATION);
+    assert_int_equal(rpc_set_secrets(n->r, &three.secrets, &e), -1);
+    node *plain = open_node(2, "c1", 0);
+    rpc_secrets one = secrets_of(SECRET_A, NULL);
+    assert_int_equal(rpc_set_secrets(plain->r, &one, &e), -1);
+    assert_int_equal(e.code, ERR_VALIDATION);
+    assert_int_equal(rpc_set_secrets(plain->r, &none, NULL), 0);
+    free_nodes(n, plain);
+}
+
+static bool peer_auth_failed_twice(void *arg)
+{
+    peer_ref *p = arg;
+    rpc_peer_stats s;
+    return rpc_peer_stats_get(p->n->r, p->peer, &s, NULL) == 0 && s.auth_failures >= 2;
+}
+
+static void connect_both(node *a, node *b)
+{
+    peer_ref ab = {a, b->id}, ba = {b, a->id};
+    assert_true(run_until(is_connected, &ab));
+    assert_true(run_until(is_connected, &ba));
+}
+
+/* Dials a fresh connection between a and b both ways (peers removed and added again). */
+static void redial(node *a, node *b)
+{
+    rpc_remove_peer(a->r, b->id, NULL);
+    rpc_remove_peer(b->r, a->id, NULL);
+    assert_int_equal(rpc_add_peer(a->r, b->id, "127.0.0.1", b->port, NULL), 0);
+    assert_int_equal(rpc_add_peer(b->r, a->id, "127.0.0.1", a->port, NULL), 0);
+    connect_both(a, b);
+}
+
+/* Moving a cluster of two from secret A to B, one node at a time, in the three steps of
+ * rpc.h: at every step both can make new connections, in both directions. */
+static void test_secret_rotation(void **state)
+{
+    (void)state;
+    node *a = open_node_secret(1, SECRET_A), *b = open_node_secret(2, SECRET_A);
+    assert_int_equal(rpc_add_peer(a->r, 2, "127.0.0.1", b->port, NULL), 0);
+    assert_int_equal(rpc_add_peer(b->r, 1, "127.0.0.1", a->port, NULL), 0);
+    connect_both(a, b);
+    const char *steps[][2] = {{SECRET_A, SECRET_B}, {SECRET_B, SECRET_A}, {SECRET_B, NULL}};
+    for (int step = 0; step < 3; step++) {
+        node *order[] = {a, b};
+        for (int i = 0; i < 2; i++) {
+            rpc_secrets s = secrets_of(steps[step][0], steps[step][1]);
+            assert_int_equal(rpc_set_secrets(order[i]->r, &s, NULL), 0);
+            redial(a, b);
+        }
+    }
+    rpc_stats st;
+    rpc_stats_get(a->r, &st);
+    assert_int_equal(st.auth_failures, 0);
+    rpc_stats_get(b->r, &st);
+    assert_int_equal(st.auth_failures, 0);
+
+    /* Now on B alone: a node proving A is refused, whether or not it takes B too. */
+    node *old = open_node_secret(3, SECRET_A);
+    expect_refused(old, a, true);
+    close_node(old);
+    free(old);
+    node *both = open_node_secrets(4, SECRET_A, SECRET_B);
+    assert_int_equal(rpc_add_peer(a->r, 4, "127.0.0.1", both->port, NULL), 0);
+    send_seq(a, 4, 1, 8);
+    peer_ref a4 = {a, 4};
+    assert_true(run_until(peer_auth_failed_twice, &a4));
+    assert_int_equal(both->nmsg, 0); /* a never finished its handshake */
+    close_node(both);
+    free(both);
+    free_nodes(a, b);
 }
 
 /* Both directions at once, and responses to the peer's requests on its connection. */
@@ -1305,6 +1402,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_secret_one_sided, setup, teardown),
         cmocka_unit_test_setup_teardown(test_secret_strangers, setup, teardown),
         cmocka_unit_test_setup_teardown(test_secret_bounds, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_secret_rotation, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
