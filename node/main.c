@@ -292,6 +292,11 @@ static void on_sighup(uv_signal_t *h, int signum)
         fprintf(stderr, "stratad: SIGHUP: no peer secret file to read again\n");
         return;
     }
+    if (n->r == NULL) {
+        fprintf(stderr, "stratad: SIGHUP: still starting, the peer secret file is read at "
+                        "start\n");
+        return;
+    }
     config_peer_secrets *ps = malloc(sizeof *ps);
     strata_err err;
     int rc = ps != NULL ? 0 : strata_err_set(&err, ERR_NOMEM, "out of memory");
@@ -333,6 +338,14 @@ int main(int argc, char **argv)
 
     node n = {0};
     n.loop = uv_default_loop();
+    /* Before anything slow (the router's recovery): SIGHUP's default action ends the
+     * process, and a reload sent to a node still starting must not. */
+    uv_signal_init(n.loop, &n.sighup);
+    n.sighup.data = &n;
+    n.peer_secret_file =
+        config_cluster_mode(&cfg) && cfg.peer_secret_file[0] != '\0' ? cfg.peer_secret_file : NULL;
+    uv_signal_start(&n.sighup, on_sighup, SIGHUP);
+    uv_unref((uv_handle_t *)&n.sighup);
     n.level = cfg.level;
     plan_open_files(&n, &cfg);
     router_config rc = {
@@ -407,12 +420,6 @@ int main(int argc, char **argv)
     n.sigterm.data = n.sigint.data = &n;
     uv_signal_start(&n.sigterm, on_signal, SIGTERM);
     uv_signal_start(&n.sigint, on_signal, SIGINT);
-    uv_signal_init(n.loop, &n.sighup);
-    n.sighup.data = &n;
-    n.peer_secret_file =
-        rc.cluster != NULL && cfg.peer_secret_file[0] != '\0' ? cfg.peer_secret_file : NULL;
-    uv_signal_start(&n.sighup, on_sighup, SIGHUP);
-    uv_unref((uv_handle_t *)&n.sighup);
     n.r = r;
     n.replicated = rc.cluster != NULL;
     uv_timer_init(n.loop, &n.storage_check);
