@@ -397,7 +397,6 @@ struct rcluster {
     raft_host_uv_clock clock;
     bool clock_open;
     rpc *rpc;
-    bool peer_secret;           /* peer connections prove the cluster's secret (rpc.h) */
     uint64_t rejects_logged_ms; /* on_reject: the last refused handshake logged, */
     uint64_t rejects_unlogged;  /* and those refused since, unlogged */
 
@@ -7444,11 +7443,11 @@ void rcluster_status_json(rcluster *c, buf *out)
     rpc_stats rs;
     rpc_stats_get(c->rpc, &rs);
     buf_printf(out,
-               "\"rpc\":{\"peer_secret\":%s,\"accepted\":%" PRIu64 ",\"refused\":%" PRIu64
+               "\"rpc\":{\"peer_secrets\":%zu,\"accepted\":%" PRIu64 ",\"refused\":%" PRIu64
                ",\"handshake_rejects\":%" PRIu64 ",\"auth_failures\":%" PRIu64
                ",\"handshake_timeouts\":%" PRIu64 ",\"corrupt_frames\":%" PRIu64 "},",
-               c->peer_secret ? "true" : "false", rs.accepted, rs.refused, rs.handshake_rejects,
-               rs.auth_failures, rs.handshake_timeouts, rs.corrupt_frames);
+               rs.secrets, rs.accepted, rs.refused, rs.handshake_rejects, rs.auth_failures,
+               rs.handshake_timeouts, rs.corrupt_frames);
     buf_printf(out, "\"nodes\":[");
     for (size_t i = 0; i < meta_node_count(c->meta); i++) {
         const meta_node *n = meta_node_at(c->meta, i);
@@ -7671,7 +7670,6 @@ static int open_rpc(rcluster *c, const router_cluster_config *cc, strata_err *er
         .seed = c->self,
         .secrets = cc->peer_secrets,
     };
-    c->peer_secret = cc->peer_secrets.count > 0;
     rpc_handlers h = {.on_message = on_message,
                       .on_request = on_request,
                       .on_peer_state = on_peer_state,

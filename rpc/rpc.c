@@ -1376,4 +1376,5 @@ int rpc_peer_stats_get(const rpc *r, uint64_t node, rpc_peer_stats *out, strata_
 void rpc_stats_get(const rpc *r, rpc_stats *out)
 {
     *out = r->stats;
+    out->secrets = r->n_secrets;
 }

@@ -209,6 +209,8 @@ typedef struct {
     uint64_t auth_failures;     /* of those, a wrong proof of the peer secret */
     uint64_t handshake_timeouts; /* inbound connections closed with no Hello in time */
     uint64_t corrupt_frames;    /* connections closed on a corrupt frame */
+    size_t secrets;             /* peer secrets held now (0: no authentication; 2 while the
+                                   cluster's secret is replaced) */
 } rpc_stats;
 
 void rpc_stats_get(const rpc *r, rpc_stats *out);

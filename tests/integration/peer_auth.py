@@ -90,7 +90,7 @@ def open_handshake(cl, nonce):
 
 def a_to_d(cl):
     before = rpc_stats(cl)
-    assert before["peer_secret"] is True, before
+    assert before["peer_secrets"] == 1, before
 
     c = P.Peer(cl.pports[TARGET - 1])
     assert c.closed(), "a Hello without a nonce was let in"
@@ -171,6 +171,8 @@ def g_rotate(cl, items):
                 S.poll(lambda: cl.ready([3]), "node 3 ready again")
                 S.read_all(S.client(cl.cports[2]), items)
                 log("   node 3 restarted in the middle of step 2, a step behind: rejoins")
+        held = rpc_stats(cl)["peer_secrets"]
+        assert held == len(secrets), "step %d: node %d holds %d secrets" % (k + 1, TARGET, held)
         for key in (SECRET, NEW):
             took = node_handshake(cl, secrets[0], key)
             assert took == (key in secrets), "step %d: key %r taken: %s" % (k + 1, key, took)
