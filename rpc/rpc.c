@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "rpc/frame.h"
+#include "storage/base/buf.h"
 #include "strata.pb-c.h"
 
 #define DEFAULT_MAX_FRAME   (16u << 20)
@@ -639,49 +640,40 @@ static void send_hello(conn *c)
         h.auth_nonce.data = c->nonce;
         h.auth_nonce.len = NONCE_LEN;
     }
-    uint8_t buf[HELLO_MAX];
+    uint8_t packed[HELLO_MAX];
     size_t len = strata__hello__get_packed_size(&h);
-    assert(len <= sizeof buf); /* the cluster id is bounded by RPC_CLUSTER_ID_MAX */
-    strata__hello__pack(&h, buf);
-    send_handshake_frame(c, RPC_FRAME_HELLO, buf, len);
-}
-
-static void put_u64be(uint8_t *p, uint64_t v)
-{
-    for (int i = 7; i >= 0; i--, v >>= 8)
-        p[i] = (uint8_t)v;
+    assert(len <= sizeof packed); /* the cluster id is bounded by RPC_CLUSTER_ID_MAX */
+    strata__hello__pack(&h, packed);
+    send_handshake_frame(c, RPC_FRAME_HELLO, packed, len);
 }
 
 /*
  * The proof that one side of `c` knows secret number `key`: ours (`ours`) or the one the
  * remote must send. It binds the prover's role on this connection ('D' dialler, 'A'
  * acceptor), so that a proof cannot be reflected back, and both fresh nonces (the
- * dialler's first), so that it is good for this connection only. -1 if libcrypto fails.
+ * dialler's first), so that it is good for this connection only. -1 if that fails.
  */
 static int proof_compute(const conn *c, bool ours, size_t key, uint8_t out[PROOF_LEN])
 {
     const rpc *r = c->r;
-    bool prover_dialled = ours == c->outbound;
-    uint8_t in[PROOF_INPUT_MAX];
-    size_t n = 0;
-    memcpy(in, PROOF_LABEL, sizeof PROOF_LABEL); /* with its NUL */
-    n += sizeof PROOF_LABEL;
-    in[n++] = prover_dialled ? 'D' : 'A';
     size_t cid = strlen(r->cluster_id);
-    in[n++] = (uint8_t)cid;
-    memcpy(in + n, r->cluster_id, cid);
-    n += cid;
-    put_u64be(in + n, ours ? r->node_id : c->hello_node);
-    put_u64be(in + n + 8, ours ? c->hello_node : r->node_id);
-    n += 16;
-    memcpy(in + n, c->outbound ? c->nonce : c->remote_nonce, NONCE_LEN);
-    memcpy(in + n + NONCE_LEN, c->outbound ? c->remote_nonce : c->nonce, NONCE_LEN);
-    n += 2 * NONCE_LEN;
+    buf in;
+    buf_init(&in, PROOF_INPUT_MAX);
+    buf_append(&in, PROOF_LABEL, sizeof PROOF_LABEL); /* with its NUL */
+    buf_put_u8(&in, ours == c->outbound ? 'D' : 'A');
+    buf_put_u8(&in, (uint8_t)cid);
+    buf_append(&in, r->cluster_id, cid);
+    buf_put_u64be(&in, ours ? r->node_id : c->hello_node);
+    buf_put_u64be(&in, ours ? c->hello_node : r->node_id);
+    buf_append(&in, c->outbound ? c->nonce : c->remote_nonce, NONCE_LEN);
+    buf_append(&in, c->outbound ? c->remote_nonce : c->nonce, NONCE_LEN);
     unsigned int out_len = 0;
-    if (HMAC(EVP_sha256(), r->secret[key], (int)r->secret_len[key], in, n, out, &out_len) == NULL ||
-        out_len != PROOF_LEN)
-        return -1;
-    return 0;
+    bool ok = !in.failed &&
+              HMAC(EVP_sha256(), r->secret[key], (int)r->secret_len[key], in.data, in.len, out,
+                   &out_len) != NULL &&
+              out_len == PROOF_LEN;
+    buf_free(&in);
+    return ok ? 0 : -1;
 }
 
 static void send_proof(conn *c)
@@ -796,11 +788,14 @@ static void on_hello(conn *c, const rpc_frame *f)
     send_proof(c);
 }
 
-/* Whether the remote's proof was made with one of our secrets. */
+/* Whether the remote's proof was made with one of our secrets (each is tried, so that
+ * the time taken does not say which). */
 static bool proof_good(const conn *c, const rpc_frame *f)
 {
+    if (f->len != PROOF_LEN)
+        return false;
     bool good = false;
-    for (size_t k = 0; k < c->r->n_secrets && f->len == PROOF_LEN; k++) {
+    for (size_t k = 0; k < c->r->n_secrets; k++) {
         uint8_t want[PROOF_LEN];
         if (proof_compute(c, false, k, want) == 0 &&
             CRYPTO_memcmp(want, f->payload, PROOF_LEN) == 0)
