@@ -3,7 +3,6 @@
 #include <assert.h>
 #include <ctype.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -575,46 +574,28 @@ void config_peer_secrets_wipe(config_peer_secrets *s)
     explicit_bzero(s, sizeof *s);
 }
 
-/* Reads all of `path`, a regular file only its owner may read, into buf (at most cap
- * bytes); *whole says whether the file ended within them. */
-static int read_secret_file(const char *path, uint8_t *buf, size_t cap, size_t *n, bool *whole,
-                            strata_err *err)
+/* Reads `path`, a regular file only its owner may read, into buf (cap bytes, one more
+ * than the file may hold): *n bytes, cap when the file is longer than it may be. */
+static int read_secret_file(const char *path, uint8_t *buf, size_t cap, size_t *n, strata_err *err)
 {
     *n = 0;
-    *whole = false;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    FILE *f = fopen(path, "rbe");
+    if (f == NULL)
         return strata_err_set(err, ERR_IO, "peer secret file %s: %s", path, strerror(errno));
+    setvbuf(f, NULL, _IONBF, 0); /* no stdio buffer left holding the secret */
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return strata_err_set(err, ERR_VALIDATION, "peer secret file %s: not a regular file", path);
-    }
-    if ((st.st_mode & 077) != 0) {
-        close(fd);
-        return strata_err_set(err, ERR_VALIDATION,
-                              "peer secret file %s: its group or others may read or write it "
-                              "(mode %04o); chmod 600 it",
-                              path, (unsigned)(st.st_mode & 07777));
-    }
-    while (!*whole && *n < cap) {
-        ssize_t got = read(fd, buf + *n, cap - *n);
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got < 0) {
-            int e = errno;
-            close(fd);
-            return strata_err_set(err, ERR_IO, "peer secret file %s: %s", path, strerror(e));
-        }
-        *whole = got == 0;
-        *n += (size_t)got;
-    }
-    if (!*whole) { /* the buffer is full: one more byte says whether the file ends here */
-        uint8_t more;
-        *whole = read(fd, &more, 1) == 0;
-    }
-    close(fd);
-    return 0;
+    int rc = 0;
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode))
+        rc = strata_err_set(err, ERR_VALIDATION, "peer secret file %s: not a regular file", path);
+    else if ((st.st_mode & 077) != 0)
+        rc = strata_err_set(err, ERR_VALIDATION,
+                            "peer secret file %s: its group or others may read or write it "
+                            "(mode %04o); chmod 600 it",
+                            path, (unsigned)(st.st_mode & 07777));
+    else if ((*n = fread(buf, 1, cap, f)) < cap && ferror(f))
+        rc = strata_err_set(err, ERR_IO, "peer secret file %s: cannot read it", path);
+    fclose(f);
+    return rc;
 }
 
 /* Splits the file's text into out's secrets, a line each (see config.h). */
@@ -651,25 +632,24 @@ static int split_secrets(const char *path, const uint8_t *text, size_t n, config
 
 int config_read_peer_secrets(const char *path, config_peer_secrets *out, strata_err *err)
 {
-    /* Two of the longest secrets, their newlines and some whitespace; a file that does
-     * not end inside that holds more than two secrets can. */
-    static const size_t cap = CONFIG_PEER_SECRETS * (CONFIG_PEER_SECRET_MAX + 1) + 64;
-    uint8_t *buf = malloc(cap);
+    /* Two of the longest secrets, their newlines and some whitespace; a file longer than
+     * that holds more than two secrets can. One byte more tells it. */
+    static const size_t most = CONFIG_PEER_SECRETS * (CONFIG_PEER_SECRET_MAX + 1) + 64;
+    uint8_t *buf = malloc(most + 1);
     memset(out, 0, sizeof *out);
     if (buf == NULL)
         return strata_err_set(err, ERR_NOMEM, "out of memory");
     size_t n;
-    bool whole;
-    int rc = read_secret_file(path, buf, cap, &n, &whole, err);
-    if (rc == 0 && !whole)
+    int rc = read_secret_file(path, buf, most + 1, &n, err);
+    if (rc == 0 && n > most)
         rc = strata_err_set(err, ERR_VALIDATION,
                             "peer secret file %s: over %zu bytes, more than %d secrets hold", path,
-                            cap, CONFIG_PEER_SECRETS);
+                            most, CONFIG_PEER_SECRETS);
     if (rc == 0)
         rc = split_secrets(path, buf, n, out, err);
     if (rc < 0)
         config_peer_secrets_wipe(out);
-    explicit_bzero(buf, cap);
+    explicit_bzero(buf, most + 1);
     free(buf);
     return rc;
 }
