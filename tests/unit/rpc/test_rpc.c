@@ -1000,17 +1000,17 @@ static size_t put_frame(uint8_t *out, uint8_t type, const void *payload, size_t 
     return RPC_FRAME_HEADER_SIZE + len;
 }
 
-static size_t put_hello(uint8_t *out, bool with_nonce)
+/* A Hello of node 9 in cluster c1 with a nonce of nonce_len bytes (0: none). */
+static size_t put_hello(uint8_t *out, size_t nonce_len)
 {
     Strata__Hello h = STRATA__HELLO__INIT;
     h.cluster_id = "c1";
     h.node_id = 9;
     h.protocol_version = RPC_PROTOCOL_VERSION;
-    static uint8_t nonce[32] = {1, 2, 3};
-    if (with_nonce) {
-        h.auth_nonce.data = nonce;
-        h.auth_nonce.len = sizeof nonce;
-    }
+    static uint8_t nonce[64] = {1, 2, 3};
+    assert_true(nonce_len <= sizeof nonce);
+    h.auth_nonce.data = nonce;
+    h.auth_nonce.len = nonce_len;
     uint8_t buf[256];
     size_t len = strata__hello__pack(&h, buf);
     return put_frame(out, RPC_FRAME_HELLO, buf, len);
@@ -1021,42 +1021,51 @@ static size_t put_hello(uint8_t *out, bool with_nonce)
 static void test_secret_strangers(void **state)
 {
     (void)state;
-    node *b = open_node_secret(2, SECRET_A);
-    static uint8_t wire[4][512];
-    size_t n[4];
+    rpc_options o = {.connect_timeout_ms = 300, .secrets = secrets_of(SECRET_A, NULL)};
+    node *b = calloc(1, sizeof *b);
+    assert_int_equal(open_node_opts(b, 2, "c1", 0, &o, NULL), 0);
+    enum { CASES = 6 };
+    static uint8_t wire[CASES][512];
+    size_t n[CASES];
     uint8_t zeros[32] = {0};
     /* A made-up proof. */
-    n[0] = put_hello(wire[0], true);
+    n[0] = put_hello(wire[0], 32);
     n[0] += put_frame(wire[0] + n[0], RPC_FRAME_PROOF, zeros, sizeof zeros);
     /* A proof of the wrong length. */
-    n[1] = put_hello(wire[1], true);
+    n[1] = put_hello(wire[1], 32);
     n[1] += put_frame(wire[1] + n[1], RPC_FRAME_PROOF, zeros, 31);
     /* A message where the proof should be. */
-    n[2] = put_hello(wire[2], true);
+    n[2] = put_hello(wire[2], 32);
     n[2] += put_frame(wire[2] + n[2], RPC_FRAME_MESSAGE, "abcd", 4);
     /* No nonce: a node without a secret. */
-    n[3] = put_hello(wire[3], false);
+    n[3] = put_hello(wire[3], 0);
     n[3] += put_frame(wire[3] + n[3], RPC_FRAME_MESSAGE, "abcd", 4);
-    raw_client *c[4];
-    for (int i = 0; i < 4; i++) {
+    /* A nonce of the wrong length. */
+    n[4] = put_hello(wire[4], 16);
+    /* A good Hello, then nothing: closed at the handshake deadline. */
+    n[5] = put_hello(wire[5], 32);
+    raw_client *c[CASES];
+    for (int i = 0; i < CASES; i++) {
         c[i] = calloc(1, sizeof *c[i]);
         raw_connect(c[i], b->port, wire[i], n[i]);
         assert_true(run_until(raw_eof, c[i]));
     }
     rpc_stats st;
     rpc_stats_get(b->r, &st);
-    assert_int_equal(st.accepted, 4);
+    assert_int_equal(st.accepted, CASES);
     assert_int_equal(st.auth_failures, 2);
-    assert_int_equal(st.handshake_rejects, 3);
+    assert_int_equal(st.handshake_rejects, 4);
     assert_int_equal(st.corrupt_frames, 1);
+    assert_int_equal(st.handshake_timeouts, 1);
     assert_int_equal(b->nmsg, 0);
-    assert_int_equal(b->nreject, 3); /* the message before the proof is a corrupt stream */
+    assert_int_equal(b->nreject, 4); /* the message before the proof is a corrupt stream */
+    assert_string_equal(b->reject_why, "bad handshake nonce");
     assert_int_equal(b->reject_node, 9);
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < CASES; i++)
         uv_close((uv_handle_t *)&c[i]->tcp, NULL);
     close_node(b);
     uv_run(&loop, UV_RUN_DEFAULT);
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < CASES; i++)
         free(c[i]);
     free(b);
 }
