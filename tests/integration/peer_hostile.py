@@ -18,10 +18,12 @@ Three nodes (az1-az3) and a table with items; a test client of the peer protocol
  d) a flood of connections that each say a good Hello, 40 over the 256 the node keeps
     open, held open: those over the bound are closed at once (counted as "refused"), and
     every item reads back through the node meanwhile (its peer links were made before).
-Then every node still runs, every item reads back strongly through each node, and a write
+Then node 2, which has no peer secret, gets SIGHUP and says it has nothing to read again;
+every node still runs, every item reads back strongly through each node, and a write
 through node 2 succeeds.
 Every wait polls a condition with a deadline. KEEP=1 keeps the nodes' logs.
 """
+import signal
 import socket
 import struct
 import sys
@@ -144,6 +146,12 @@ def steps(cl, cli):
     log("d) a flood of connections")
     d_flood(cl, items)
 
+    # Without a secret there is nothing to read again: SIGHUP (whose default action would
+    # end the process) is answered with a word, and the node serves on.
+    cl.procs[TARGET].send_signal(signal.SIGHUP)
+    S.poll(lambda: cl.said(TARGET, "SIGHUP: no peer secret file to read again"),
+           "node %d answers SIGHUP" % TARGET)
+    log("SIGHUP to node %d, which has no peer secret: said so, runs on" % TARGET)
     S.serves_on(cl, NODES, items, TARGET)
 
 
