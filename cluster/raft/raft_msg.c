@@ -8,9 +8,14 @@
 
 #include "cluster/raft/raft_host.h"
 #include "proto/raft.pb-c.h"
+#include "storage/base/arena.h"
 #include "storage/base/buf.h"
 
 struct raft_msg_decoded {
+    /* The unpacked message lives in `scratch`: protobuf-c allocates every submessage,
+     * entry and payload of it apart, and a message of one entry made some ten malloc and
+     * free calls (a follower decodes one or two per write). Freed at once with it. */
+    arena scratch;
     Strata__Raft__RaftMessage *pb;
     struct raft_entry *entries;
     void *batch;      /* raft_malloc'd token every entry's `batch` points to (see below) */
@@ -285,15 +290,28 @@ static int decode_install_snapshot(raft_msg_decoded *d, const Strata__Raft__Raft
     return 0;
 }
 
+static void *scratch_alloc(void *data, size_t size)
+{
+    return arena_alloc(data, size ? size : 1);
+}
+
+static void scratch_free(void *data, void *p)
+{
+    (void)data;
+    (void)p;
+}
+
 int raft_msg_decode(const void *bytes, size_t len, uint64_t *group, uint64_t *from,
                     struct raft_message *out, raft_msg_decoded **owner, strata_err *err)
 {
     raft_msg_decoded *d = calloc(1, sizeof *d);
     if (d == NULL)
         return strata_err_set(err, ERR_NOMEM, "raft message decode");
-    d->pb = strata__raft__raft_message__unpack(NULL, len, bytes);
+    arena_init(&d->scratch, 0);
+    ProtobufCAllocator alloc = {scratch_alloc, scratch_free, &d->scratch};
+    d->pb = strata__raft__raft_message__unpack(&alloc, len, bytes);
     if (d->pb == NULL) {
-        free(d);
+        raft_msg_free(d);
         return bad(err, "not a RaftMessage");
     }
     Strata__Raft__RaftMessage *pb = d->pb;
@@ -443,8 +461,7 @@ void raft_msg_free(raft_msg_decoded *d)
 {
     if (d == NULL)
         return;
-    if (d->pb != NULL)
-        strata__raft__raft_message__free_unpacked(d->pb, NULL);
+    arena_free(&d->scratch); /* d->pb and everything in it */
     free(d->entries);
     if (d->batch != NULL)
         raft_free(d->batch);

@@ -32,7 +32,7 @@ void buf_reset(buf *b)
     b->failed = false;
 }
 
-bool buf_reserve(buf *b, size_t extra)
+bool buf_reserve_slow(buf *b, size_t extra)
 {
     if (b->failed)
         return false;
@@ -56,21 +56,6 @@ bool buf_reserve(buf *b, size_t extra)
     b->data = p;
     b->cap = cap;
     return true;
-}
-
-void buf_append(buf *b, const void *p, size_t n)
-{
-    if (n == 0 || !buf_reserve(b, n))
-        return;
-    memcpy(b->data + b->len, p, n);
-    b->len += n;
-}
-
-void buf_put_u8(buf *b, uint8_t v)
-{
-    if (!buf_reserve(b, 1))
-        return;
-    b->data[b->len++] = v;
 }
 
 void buf_put_u16be(buf *b, uint16_t v)

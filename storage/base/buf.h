@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 typedef struct {
     uint8_t *data;
@@ -26,9 +27,9 @@ typedef struct {
 void buf_init(buf *b, size_t limit);
 void buf_free(buf *b);
 void buf_reset(buf *b);                    /* len = 0, failed = false; keeps memory */
-bool buf_reserve(buf *b, size_t extra);    /* false (and failed) if it cannot */
-void buf_append(buf *b, const void *p, size_t n);
-void buf_put_u8(buf *b, uint8_t v);
+static inline bool buf_reserve(buf *b, size_t extra); /* false (and failed) if it cannot */
+static inline void buf_append(buf *b, const void *p, size_t n);
+static inline void buf_put_u8(buf *b, uint8_t v);
 void buf_put_u16be(buf *b, uint16_t v);
 void buf_put_u32be(buf *b, uint32_t v);
 void buf_put_u64be(buf *b, uint64_t v);
@@ -40,6 +41,36 @@ uint8_t *buf_steal(buf *b, size_t *len);
  * For hot paths, where snprintf costs several hundred instructions. */
 #define U64_DECIMAL_MAX 21
 size_t u64_decimal(uint64_t v, char out[U64_DECIMAL_MAX]);
+
+/* buf_reserve's way when the room is not there yet (grows, or fails); not for callers. */
+bool buf_reserve_slow(buf *b, size_t extra);
+
+/*
+ * Inline, because encoders call these tens of times per request (a PutItem makes about 80
+ * calls on its first node): the common case, room already there, is a compare. Room
+ * there means within the limit too, since cap never exceeds it.
+ */
+static inline bool buf_reserve(buf *b, size_t extra)
+{
+    if (!b->failed && extra <= b->cap - b->len)
+        return true;
+    return buf_reserve_slow(b, extra);
+}
+
+static inline void buf_append(buf *b, const void *p, size_t n)
+{
+    if (n == 0 || !buf_reserve(b, n))
+        return;
+    memcpy(b->data + b->len, p, n);
+    b->len += n;
+}
+
+static inline void buf_put_u8(buf *b, uint8_t v)
+{
+    if (!buf_reserve(b, 1))
+        return;
+    b->data[b->len++] = v;
+}
 
 typedef struct {
     const uint8_t *p;
