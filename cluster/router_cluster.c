@@ -7393,11 +7393,11 @@ static void link_stats_json(rcluster *c, uint64_t id, buf *out)
                ",\"frames_received\":%" PRIu64 ",\"queued_bytes\":%" PRIu64
                ",\"busy_rejects\":%" PRIu64 ",\"connects\":%" PRIu64
                ",\"connect_failures\":%" PRIu64 ",\"handshake_rejects\":%" PRIu64
-               ",\"auth_failures\":%" PRIu64 ",\"call_timeouts\":%" PRIu64
+               ",\"auth_failures\":%" PRIu64 ",\"authenticated\":%s,\"call_timeouts\":%" PRIu64
                ",\"call_failures\":%" PRIu64 "}",
                st.frames_sent, st.writes, st.frames_received, st.queued_bytes, st.busy_rejects,
                st.connects, st.connect_failures, st.handshake_rejects, st.auth_failures,
-               st.call_timeouts, st.call_failures);
+               st.authenticated ? "true" : "false", st.call_timeouts, st.call_failures);
 }
 
 void rcluster_status_json(rcluster *c, buf *out)
@@ -7443,11 +7443,13 @@ void rcluster_status_json(rcluster *c, buf *out)
     rpc_stats rs;
     rpc_stats_get(c->rpc, &rs);
     buf_printf(out,
-               "\"rpc\":{\"peer_secrets\":%zu,\"accepted\":%" PRIu64 ",\"refused\":%" PRIu64
+               "\"rpc\":{\"peer_secrets\":%zu,\"peer_secret_optional\":%s,"
+               "\"unauthenticated\":%zu,\"accepted\":%" PRIu64 ",\"refused\":%" PRIu64
                ",\"handshake_rejects\":%" PRIu64 ",\"auth_failures\":%" PRIu64
                ",\"handshake_timeouts\":%" PRIu64 ",\"corrupt_frames\":%" PRIu64 "},",
-               rs.secrets, rs.accepted, rs.refused, rs.handshake_rejects, rs.auth_failures,
-               rs.handshake_timeouts, rs.corrupt_frames);
+               rs.secrets, rs.secrets_optional ? "true" : "false", rs.unauthenticated, rs.accepted,
+               rs.refused, rs.handshake_rejects, rs.auth_failures, rs.handshake_timeouts,
+               rs.corrupt_frames);
     buf_printf(out, "\"nodes\":[");
     for (size_t i = 0; i < meta_node_count(c->meta); i++) {
         const meta_node *n = meta_node_at(c->meta, i);

@@ -26,6 +26,7 @@ static const char *const key_names[CFG_KEY_COUNT] = {
     [CFG_BOOTSTRAP_EXPECT] = "bootstrap_expect",
     [CFG_REPLACE_AFTER] = "replace_after",
     [CFG_PEER_SECRET_FILE] = "peer_secret_file",
+    [CFG_PEER_SECRET_OPTIONAL] = "peer_secret_optional",
     [CFG_INITIAL_PARTITIONS] = "initial_partitions",
     [CFG_THROTTLE] = "throttle",
     [CFG_PARTITION_MAX_RCU] = "partition_max_rcu",
@@ -60,6 +61,7 @@ bool config_is_cluster_key(config_key k)
     case CFG_BOOTSTRAP_EXPECT:
     case CFG_REPLACE_AFTER:
     case CFG_PEER_SECRET_FILE:
+    case CFG_PEER_SECRET_OPTIONAL:
         return true;
     default:
         return false;
@@ -104,7 +106,7 @@ void config_usage(FILE *f)
                "               [--peer-listen HOST:PORT] [--advertise HOST:PORT]\n"
                "               [--peer-advertise HOST:PORT] [--join HOST:PORT,...] [--bootstrap]\n"
                "               [--bootstrap-expect N] [--replace-after SECONDS]\n"
-               "               [--peer-secret-file FILE]\n"
+               "               [--peer-secret-file FILE] [--peer-secret-optional true|false]\n"
                "Every flag is also a key of the --config file (node_id = 1); flags win.\n"
                "See deploy/strata.conf.sample.\n");
 }
@@ -372,6 +374,8 @@ static int set_key(stratad_config *cfg, config_key k, const char *v, char *why, 
         return parse_join(v, cfg, why, why_cap);
     case CFG_BOOTSTRAP:
         return parse_bool(v, &cfg->bootstrap, why, why_cap);
+    case CFG_PEER_SECRET_OPTIONAL:
+        return parse_bool(v, &cfg->peer_secret_optional, why, why_cap);
     case CFG_BOOTSTRAP_EXPECT:
         if (parse_uint(v, 1, 5, &n, why, why_cap) < 0)
             return -1;
@@ -763,6 +767,11 @@ int config_validate(stratad_config *cfg, strata_err *err)
                            "nodes' peer addresses, or bootstrap = true on the "
                            "first node",
                            err);
+        if (cfg->peer_secret_optional && cfg->peer_secret_file[0] == '\0')
+            return missing(cfg, CFG_PEER_SECRET_FILE,
+                           "peer_secret_optional is true: it takes peers without the "
+                           "secret besides those with it",
+                           err);
     }
     if (resolve_advertise(cfg, CFG_ADVERTISE, CFG_LISTEN, &cfg->advertise, &cfg->listen, cluster,
                           err) < 0)
@@ -933,13 +942,15 @@ static void print_key(FILE *f, const stratad_config *cfg, config_key k)
     default:
         break;
     }
-    /* A defaulted host label or bootstrap = false are printed as comments, so the printed
-     * file does not turn a single node into a cluster one when read back. */
+    /* A defaulted host label or a false bootstrap or peer_secret_optional are printed as
+     * comments, so the printed file does not turn a single node into a cluster one when
+     * read back. */
     if (k == CFG_HOST_LABEL && cfg->source[k] == 0) {
         fprintf(f, "# %s = \"%s\" (default: the hostname)\n", key_names[k], cfg->host_label);
         return;
     }
-    if (k == CFG_BOOTSTRAP && !cfg->bootstrap) {
+    if ((k == CFG_BOOTSTRAP && !cfg->bootstrap) ||
+        (k == CFG_PEER_SECRET_OPTIONAL && !cfg->peer_secret_optional)) {
         fprintf(f, "# %s = false\n", key_names[k]);
         return;
     }
@@ -999,6 +1010,9 @@ static void print_key(FILE *f, const stratad_config *cfg, config_key k)
         break;
     case CFG_PEER_SECRET_FILE:
         print_quoted(f, cfg->peer_secret_file);
+        break;
+    case CFG_PEER_SECRET_OPTIONAL:
+        fputs(cfg->peer_secret_optional ? "true" : "false", f);
         break;
     case CFG_INITIAL_PARTITIONS:
         fprintf(f, "%d", cfg->initial_partitions);

@@ -22,6 +22,10 @@
  *                      proves, both ways, that it knows it (rpc/rpc.h, Authentication).
  *                      All nodes need the same one; a second line while it is replaced.
  *                      Read by config_read_peer_secrets, again on SIGHUP          (cluster)
+ *   peer_secret_optional  true: with peer_secret_file, also take peers that have no
+ *                      secret (unauthenticated links), to turn authentication on in a
+ *                      running cluster one restart at a time (rpc/rpc.h). Default false
+ *                                                                               (cluster)
  *   initial_partitions partitions of a new table, 1..256 (default 4)
  *   throttle           true: tables get DynamoDB's capacity limits and throttling
  *                      (ProvisionedThroughputExceededException); false: consumed capacity
@@ -81,6 +85,7 @@ typedef enum {
     CFG_BOOTSTRAP_EXPECT,
     CFG_REPLACE_AFTER,
     CFG_PEER_SECRET_FILE,
+    CFG_PEER_SECRET_OPTIONAL,
     CFG_INITIAL_PARTITIONS,
     CFG_THROTTLE,
     CFG_PARTITION_MAX_RCU,
@@ -118,6 +123,7 @@ typedef struct {
     int bootstrap_expect;
     uint32_t replace_after_s;
     char peer_secret_file[4096]; /* "" when not given */
+    bool peer_secret_optional;
     int initial_partitions;
     bool throttle;
     uint32_t partition_max_rcu, partition_max_wcu;

@@ -28,6 +28,7 @@ typedef struct {
     uv_signal_t sigterm, sigint;
     uv_signal_t sighup;           /* reads the peer secret file again */
     const char *peer_secret_file; /* NULL: none */
+    bool peer_secret_optional;    /* peers without the secret are taken too */
     uv_timer_t storage_check;
     uv_timer_t hand_off;
     uint64_t hand_off_start;
@@ -72,9 +73,9 @@ _Static_assert(CONFIG_PEER_SECRET_MIN == RPC_SECRET_MIN &&
                "the configuration accepts the peer secrets rpc/ accepts");
 
 /* rpc/'s view of the secrets read from the file (pointing into `ps`). */
-static rpc_secrets rpc_secrets_of(const config_peer_secrets *ps)
+static rpc_secrets rpc_secrets_of(const config_peer_secrets *ps, bool optional)
 {
-    rpc_secrets rs = {.count = (size_t)ps->count};
+    rpc_secrets rs = {.count = (size_t)ps->count, .optional = optional};
     for (int i = 0; i < ps->count; i++) {
         rs.key[i] = ps->key[i];
         rs.len[i] = ps->len[i];
@@ -139,7 +140,7 @@ static int cluster_settings_fill(cluster_settings *cs, const stratad_config *cfg
         return 0;
     if (config_read_peer_secrets(cfg->peer_secret_file, &cs->peer_secrets, err) < 0)
         return -1;
-    cs->rc.peer_secrets = rpc_secrets_of(&cs->peer_secrets);
+    cs->rc.peer_secrets = rpc_secrets_of(&cs->peer_secrets, cfg->peer_secret_optional);
     return 0;
 }
 
@@ -303,7 +304,7 @@ static void on_sighup(uv_signal_t *h, int signum)
     if (rc == 0)
         rc = config_read_peer_secrets(n->peer_secret_file, ps, &err);
     if (rc == 0) {
-        rpc_secrets rs = rpc_secrets_of(ps);
+        rpc_secrets rs = rpc_secrets_of(ps, n->peer_secret_optional);
         rc = router_set_peer_secrets(n->r, &rs, &err);
     }
     if (rc == 0)
@@ -344,6 +345,7 @@ int main(int argc, char **argv)
     n.sighup.data = &n;
     n.peer_secret_file =
         config_cluster_mode(&cfg) && cfg.peer_secret_file[0] != '\0' ? cfg.peer_secret_file : NULL;
+    n.peer_secret_optional = cfg.peer_secret_optional;
     uv_signal_start(&n.sighup, on_sighup, SIGHUP);
     uv_unref((uv_handle_t *)&n.sighup);
     n.level = cfg.level;

@@ -75,6 +75,7 @@ struct conn {
     bool outbound;
     bool hello_seen;                 /* the handshake is complete (Hello, and the proof if any) */
     bool awaiting_proof;             /* the remote's Hello was accepted; its proof has not come */
+    bool authenticated;              /* the remote proved the secret */
     uint64_t hello_node;             /* the node id the remote's Hello named */
     uint8_t nonce[NONCE_LEN];        /* ours, in our Hello (with a secret) */
     uint8_t remote_nonce[NONCE_LEN]; /* the remote's */
@@ -158,6 +159,7 @@ struct rpc {
     uint8_t *secret[RPC_SECRETS_MAX];
     size_t secret_len[RPC_SECRETS_MAX];
     size_t n_secrets;
+    bool secrets_optional; /* rpc_secrets.optional: peers without a secret are taken */
     rpc_stats stats;
     uint8_t readbuf[READ_BUF_SIZE];
 };
@@ -639,6 +641,7 @@ static void send_hello(conn *c)
         }
         h.auth_nonce.data = c->nonce;
         h.auth_nonce.len = NONCE_LEN;
+        h.auth_optional = r->secrets_optional;
     }
     uint8_t packed[HELLO_MAX];
     size_t len = strata__hello__get_packed_size(&h);
@@ -762,14 +765,17 @@ static void on_hello(conn *c, const rpc_frame *f)
     else if (c->peer != NULL && h->node_id != c->peer->node_id &&
              c->peer->node_id < RPC_SEED_ID_MIN)
         bad = "unexpected node id";
-    else if (r->n_secrets > 0 && h->auth_nonce.len == 0)
+    else if (r->n_secrets > 0 && h->auth_nonce.len == 0 && !r->secrets_optional)
         bad = "the peer has no peer secret; this node requires one";
-    else if (r->n_secrets == 0 && h->auth_nonce.len != 0)
+    else if (r->n_secrets == 0 && h->auth_nonce.len != 0 && !h->auth_optional)
         bad = "the peer requires a peer secret; this node has none";
-    else if (r->n_secrets > 0 && h->auth_nonce.len != NONCE_LEN)
+    else if (h->auth_nonce.len != 0 && h->auth_nonce.len != NONCE_LEN)
         bad = "bad handshake nonce";
     uint64_t node = h != NULL ? h->node_id : 0;
-    if (bad == NULL && r->n_secrets > 0)
+    /* Proofs both ways when both sides have a secret (each side sees both Hellos, so both
+     * decide alike); otherwise one side is optional and takes the link unproved. */
+    bool prove = bad == NULL && r->n_secrets > 0 && h->auth_nonce.len != 0;
+    if (prove)
         memcpy(c->remote_nonce, h->auth_nonce.data, NONCE_LEN);
     if (h != NULL)
         strata__hello__free_unpacked(h, NULL);
@@ -777,7 +783,7 @@ static void on_hello(conn *c, const rpc_frame *f)
         reject_handshake(c, node, false, bad);
         return;
     }
-    if (r->n_secrets == 0) {
+    if (!prove) {
         handshake_done(c, node);
         return;
     }
@@ -811,6 +817,7 @@ static void on_proof(conn *c, const rpc_frame *f)
         return;
     }
     c->awaiting_proof = false;
+    c->authenticated = true;
     handshake_done(c, c->hello_node);
 }
 
@@ -1051,6 +1058,8 @@ static int secrets_check(const rpc_secrets *s, strata_err *err)
 {
     if (s->count > RPC_SECRETS_MAX)
         return strata_err_set(err, ERR_VALIDATION, "rpc: at most %d peer secrets", RPC_SECRETS_MAX);
+    if (s->optional && s->count == 0)
+        return strata_err_set(err, ERR_VALIDATION, "rpc: optional authentication without a secret");
     for (size_t i = 0; i < s->count; i++)
         if (s->key[i] == NULL || s->len[i] < RPC_SECRET_MIN || s->len[i] > RPC_SECRET_MAX)
             return strata_err_set(err, ERR_VALIDATION, "rpc: a peer secret has %d to %d bytes",
@@ -1077,6 +1086,7 @@ static int secrets_copy(rpc *r, const rpc_secrets *s, strata_err *err)
         r->secret_len[i] = s->len[i];
     }
     r->n_secrets = s->count;
+    r->secrets_optional = s->count > 0 && s->optional;
     return 0;
 }
 
@@ -1088,6 +1098,10 @@ int rpc_set_secrets(rpc *r, const rpc_secrets *s, strata_err *err)
         return strata_err_set(err, ERR_VALIDATION,
                               "rpc: a peer secret cannot be turned %s while the node runs",
                               s->count == 0 ? "off" : "on");
+    if (s->optional != r->secrets_optional)
+        return strata_err_set(err, ERR_VALIDATION,
+                              "rpc: whether peers without a secret are taken cannot change "
+                              "while the node runs");
     return secrets_copy(r, s, err);
 }
 
@@ -1365,6 +1379,7 @@ int rpc_peer_stats_get(const rpc *r, uint64_t node, rpc_peer_stats *out, strata_
                               (unsigned long long)node);
     *out = p->stats;
     out->queued_bytes = peer_queued(p);
+    out->authenticated = p->conn != NULL && p->conn->hello_seen && p->conn->authenticated;
     return 0;
 }
 
@@ -1372,4 +1387,8 @@ void rpc_stats_get(const rpc *r, rpc_stats *out)
 {
     *out = r->stats;
     out->secrets = r->n_secrets;
+    out->secrets_optional = r->secrets_optional;
+    out->unauthenticated = 0;
+    for (const conn *c = r->conns; c != NULL; c = c->next)
+        out->unauthenticated += c->hello_seen && !c->closing && !c->authenticated;
 }

@@ -26,6 +26,16 @@
  * encrypt nor guard against someone who can change traffic on the path (that needs TLS).
  * Without a secret anyone who names the cluster in a Hello is taken for a peer.
  *
+ * Turning authentication on in a running cluster. With secrets.optional an endpoint that
+ * has a secret also takes a peer that has none (its Hello carries no nonce): that
+ * connection is set up without proofs and is not authenticated (rpc_stats.unauthenticated,
+ * rpc_peer_stats.authenticated); its own Hello says so (Hello.auth_optional), so that a
+ * node without a secret answers it instead of refusing. Two peers that both have a secret
+ * still prove it, optional or not, and a wrong proof is still refused. So a cluster turns
+ * authentication on node by node without a moment where two nodes refuse each other:
+ * restart every node with the secret and `optional`, then every node without `optional`.
+ * Optional keeps out nobody (a stranger just sends no nonce): it is for the changeover only.
+ *
  * Replacing the secret. An endpoint holds one or two secrets: it proves with the first and
  * takes a proof made with either. So a cluster moves from secret A to B without a moment
  * where two of its nodes refuse each other, one node at a time at each step: {A, B}
@@ -76,6 +86,7 @@ typedef struct {
     const uint8_t *key[RPC_SECRETS_MAX];
     size_t len[RPC_SECRETS_MAX]; /* each RPC_SECRET_MIN..RPC_SECRET_MAX */
     size_t count;
+    bool optional; /* also take peers without a secret (see Turning authentication on) */
 } rpc_secrets;
 /* Peer ids from RPC_SEED_ID_MIN up name "seeds": addresses whose node id is not known
  * yet (a node joining a cluster knows only addresses). The handshake of a seed accepts
@@ -142,9 +153,9 @@ rpc *rpc_open(uv_loop_t *loop, const rpc_options *opts, const rpc_handlers *hand
 void rpc_close(rpc *r);
 
 /* Replaces the peer secrets (copied) for the handshakes from now on. ERR_VALIDATION for
- * a bad length or count, or to turn authentication on or off (count 0 against more, or
- * the other way round): a node with a secret and one without refuse each other, so that
- * takes a restart of every node at once. */
+ * a bad length or count, to turn authentication on or off (count 0 against more, or the
+ * other way round), or to change `optional`: connections up would keep what they were
+ * set up with, so those changes take a restart (see Turning authentication on). */
 int rpc_set_secrets(rpc *r, const rpc_secrets *s, strata_err *err);
 
 /* The port actually bound (useful with listen_port 0). */
@@ -193,6 +204,7 @@ typedef struct {
     uint64_t handshake_rejects; /* Hello naming a foreign cluster/node/version, a
                                    failed proof */
     uint64_t auth_failures;     /* of those, a wrong proof of the peer secret */
+    bool authenticated;         /* the outbound connection is up and proved the secret */
     uint64_t calls;             /* calls started */
     uint64_t call_timeouts;
     uint64_t call_failures; /* other failures (remote error, connection lost) */
@@ -211,6 +223,8 @@ typedef struct {
     uint64_t corrupt_frames;    /* connections closed on a corrupt frame */
     size_t secrets;             /* peer secrets held now (0: no authentication; 2 while the
                                    cluster's secret is replaced) */
+    bool secrets_optional;      /* peers without a secret are taken (secrets.optional) */
+    size_t unauthenticated;     /* connections up (either way) set up without proofs */
 } rpc_stats;
 
 void rpc_stats_get(const rpc *r, rpc_stats *out);

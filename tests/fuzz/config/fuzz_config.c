@@ -24,6 +24,7 @@ static bool same(const stratad_config *a, const stratad_config *b)
         a->bootstrap != b->bootstrap || a->initial_partitions != b->initial_partitions ||
         a->level != b->level || strcmp(a->region, b->region) != 0 ||
         strcmp(a->peer_secret_file, b->peer_secret_file) != 0 ||
+        a->peer_secret_optional != b->peer_secret_optional ||
         config_cluster_mode(a) != config_cluster_mode(b))
         return false;
     for (int i = 0; i < a->join_count; i++)

@@ -570,7 +570,19 @@ static void test_peer_secret_file(void **state)
     if (load(&c, &err, CLUSTER_BASE "bootstrap = true\npeer_secret_file = /etc/strata/s\n") < 0)
         fail_msg("%s", err.msg);
     assert_string_equal(c.peer_secret_file, "/etc/strata/s");
+    assert_false(c.peer_secret_optional);
     assert_round_trip(&c);
+    /* peer_secret_optional: only with a secret file. */
+    if (load(&c, &err,
+             CLUSTER_BASE
+             "bootstrap = true\npeer_secret_file = /s\npeer_secret_optional = true\n") < 0)
+        fail_msg("%s", err.msg);
+    assert_true(c.peer_secret_optional);
+    assert_round_trip(&c);
+    assert_int_equal(load(&c, &err, CLUSTER_BASE "bootstrap = true\npeer_secret_optional = true\n"),
+                     -1);
+    assert_non_null(strstr(err.msg, "missing required key 'peer_secret_file'"));
+    assert_int_equal(parse(&c, &err, "--data-dir", "/d", "--peer-secret-optional", "maybe"), -1);
     assert_int_equal(parse(&c, &err, "--data-dir", "/d", "--peer-secret-file", "/s"), -1);
     assert_non_null(strstr(err.msg, "node_id")); /* a cluster key: cluster mode */
 

@@ -991,6 +991,88 @@ static void test_secret_one_sided(void **state)
     free_nodes(a, b);
 }
 
+static void connect_both(node *a, node *b);
+
+static node *open_node_optional(uint64_t id, const char *secret)
+{
+    rpc_options o = {.secrets = secrets_of(secret, NULL)};
+    o.secrets.optional = true;
+    node *n = calloc(1, sizeof *n);
+    assert_int_equal(open_node_opts(n, id, "c1", 0, &o, NULL), 0);
+    return n;
+}
+
+/* Connects a and b both ways, checks that a message and a call pass each way, and that
+ * each side's links are `authenticated` or not. */
+static void expect_linked(node *a, node *b, bool authenticated)
+{
+    assert_int_equal(rpc_add_peer(a->r, b->id, "127.0.0.1", b->port, NULL), 0);
+    assert_int_equal(rpc_add_peer(b->r, a->id, "127.0.0.1", a->port, NULL), 0);
+    send_seq(a, b->id, 1, 4);
+    send_seq(b, a->id, 1, 4);
+    connect_both(a, b);
+    msg_wait wa = {a, 1}, wb = {b, 1};
+    assert_true(run_until(has_msgs, &wb));
+    assert_true(run_until(has_msgs, &wa));
+    node *from[2] = {a, b}, *to[2] = {b, a};
+    for (int i = 0; i < 2; i++) {
+        call_result res = {0};
+        assert_int_equal(
+            rpc_call(from[i]->r, to[i]->id, 1, "hi", 2, 2000, on_call_done, &res, NULL), 0);
+        assert_true(run_until(call_done, &res));
+        assert_int_equal(res.status, 0);
+        rpc_peer_stats ps;
+        assert_int_equal(rpc_peer_stats_get(from[i]->r, to[i]->id, &ps, NULL), 0);
+        assert_int_equal(ps.authenticated, authenticated);
+        assert_int_equal(ps.handshake_rejects, 0);
+        rpc_stats st;
+        rpc_stats_get(from[i]->r, &st);
+        /* Its outbound connection and the other's inbound one. */
+        assert_int_equal(st.unauthenticated, authenticated ? 0 : 2);
+        assert_int_equal(st.handshake_rejects, 0);
+    }
+}
+
+/* Turning authentication on (rpc.h): an optional node links with a node without a secret
+ * (unproved, whichever dials), with a required one and with another optional one
+ * (proved), and still refuses a wrong secret. */
+static void test_secret_optional(void **state)
+{
+    (void)state;
+    node *a = open_node_optional(1, SECRET_A), *b = open_node_secret(2, NULL);
+    expect_linked(a, b, false);
+    rpc_stats st;
+    rpc_stats_get(a->r, &st);
+    assert_true(st.secrets_optional);
+    assert_int_equal(st.secrets, 1);
+    free_nodes(a, b);
+    a = open_node_secret(1, NULL);
+    b = open_node_optional(2, SECRET_A);
+    expect_linked(a, b, false);
+    free_nodes(a, b);
+    a = open_node_optional(1, SECRET_A);
+    b = open_node_secret(2, SECRET_A);
+    expect_linked(a, b, true);
+    free_nodes(a, b);
+    a = open_node_optional(1, SECRET_A);
+    b = open_node_optional(2, SECRET_A);
+    expect_linked(a, b, true);
+    rpc_stats_get(b->r, &st);
+    assert_int_equal(st.unauthenticated, 0);
+    free_nodes(a, b);
+    a = open_node_optional(1, SECRET_A);
+    b = open_node_optional(2, SECRET_B);
+    expect_refused(a, b, true);
+    free_nodes(a, b);
+    /* A required node still refuses one without a secret, and is refused by it. */
+    a = open_node_secret(1, SECRET_A);
+    b = open_node_secret(2, NULL);
+    expect_refused(b, a, false);
+    assert_string_equal(a->reject_why, "the peer has no peer secret; this node requires one");
+    assert_string_equal(b->reject_why, "the peer requires a peer secret; this node has none");
+    free_nodes(a, b);
+}
+
 /* Writes one frame of `type` with `payload` at `out`; returns its size. */
 static size_t put_frame(uint8_t *out, uint8_t type, const void *payload, size_t len)
 {
@@ -1099,6 +1181,15 @@ static void test_secret_bounds(void **state)
     assert_int_equal(rpc_set_secrets(n->r, &none, &e), -1);
     assert_int_equal(e.code, ERR_VALIDATION);
     assert_int_equal(rpc_set_secrets(n->r, &three.secrets, &e), -1);
+    /* Nor can `optional` change; and it needs a secret. */
+    rpc_secrets optional = o.secrets;
+    optional.optional = true;
+    assert_int_equal(rpc_set_secrets(n->r, &optional, &e), -1);
+    assert_int_equal(e.code, ERR_VALIDATION);
+    rpc_options no_secret = {.secrets = {.optional = true}};
+    node n0 = {0};
+    assert_int_equal(open_node_opts(&n0, 1, "c1", 0, &no_secret, &e), -1);
+    assert_int_equal(e.code, ERR_VALIDATION);
     node *plain = open_node(2, "c1", 0);
     rpc_secrets one = secrets_of(SECRET_A, NULL);
     assert_int_equal(rpc_set_secrets(plain->r, &one, &e), -1);
@@ -1410,6 +1501,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_secret_mismatch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_secret_one_sided, setup, teardown),
         cmocka_unit_test_setup_teardown(test_secret_strangers, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_secret_optional, setup, teardown),
         cmocka_unit_test_setup_teardown(test_secret_bounds, setup, teardown),
         cmocka_unit_test_setup_teardown(test_secret_rotation, setup, teardown),
     };
