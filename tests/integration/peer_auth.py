@@ -12,7 +12,9 @@ Nodes 1-3 (az1-az3) share a secret; a table with items. A test client of the pee
     (rpc/rpc.c, proof_compute), ours is taken, and a request gets its answer.
  d) that proof again on a new connection with the same nonce of ours (a replay), and the
     node's own proof sent back to it (a reflection): both closed and counted; neither is
-    good outside its connection and its direction.
+    good outside its connection and its direction. The five refusals make one log line;
+    refused again until the next report, 10 s after it, the node logs how many it held
+    back.
  e) node 4 (az1), started with another secret, joins through node 1: node 1 refuses its
     proofs, both log why, and node 4 stays out of the map; restarted with the cluster's
     secret it joins.
@@ -29,6 +31,7 @@ reads every item back strongly and a write through node 2 succeeds.
 Every wait polls a condition with a deadline. KEEP=1 keeps the nodes' logs.
 """
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -134,6 +137,26 @@ def a_to_d(cl):
     lines = cl.said_count(TARGET, "peer connection with")
     assert 1 <= lines <= 2, "node %d logged %d refusals" % (TARGET, lines)
     log("   node %d logged %d line(s) of refusals for five" % (TARGET, lines))
+    # Refused again until the next report (10 s after the first): it counts those held back.
+    S.poll(lambda: refuse_once(cl) and held_back(cl) is not None, "the next refusal report",
+           deadline_s=30, interval=0.5)
+    assert held_back(cl) >= 3, held_back(cl)  # b) and d) at least, after the logged one
+    log("   the next report counts the %d refusals held back since" % held_back(cl))
+
+
+def refuse_once(cl):
+    """A Hello without a nonce to node TARGET, refused."""
+    c = P.Peer(cl.pports[TARGET - 1])
+    assert c.closed(), "a Hello without a nonce was let in"
+    c.close()
+    return True
+
+
+def held_back(cl):
+    """N of the first "(and N more refused since the last report)" in node TARGET's log."""
+    with open(os.path.join(cl.work, "n%d.log" % TARGET)) as f:
+        m = re.search(r"\(and (\d+) more refused since the last report\)", f.read())
+    return int(m.group(1)) if m else None
 
 
 def node_handshake(cl, node_key, our_key):
