@@ -991,7 +991,12 @@ static void test_secret_one_sided(void **state)
     free_nodes(a, b);
 }
 
-static void connect_both(node *a, node *b);
+static void connect_both(node *a, node *b)
+{
+    peer_ref ab = {a, b->id}, ba = {b, a->id};
+    assert_true(run_until(is_connected, &ab));
+    assert_true(run_until(is_connected, &ba));
+}
 
 static node *open_node_optional(uint64_t id, const char *secret)
 {
@@ -1203,13 +1208,6 @@ static bool peer_auth_failed_twice(void *arg)
     peer_ref *p = arg;
     rpc_peer_stats s;
     return rpc_peer_stats_get(p->n->r, p->peer, &s, NULL) == 0 && s.auth_failures >= 2;
-}
-
-static void connect_both(node *a, node *b)
-{
-    peer_ref ab = {a, b->id}, ba = {b, a->id};
-    assert_true(run_until(is_connected, &ab));
-    assert_true(run_until(is_connected, &ba));
 }
 
 /* Dials a fresh connection between a and b both ways (peers removed and added again). */
