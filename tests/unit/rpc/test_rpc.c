@@ -998,10 +998,11 @@ static void connect_both(node *a, node *b)
     assert_true(run_until(is_connected, &ba));
 }
 
-static node *open_node_optional(uint64_t id, const char *secret)
+/* A node with `secret` (NULL: none), optional or not. */
+static node *open_node_mode(uint64_t id, const char *secret, bool optional)
 {
     rpc_options o = {.secrets = secrets_of(secret, NULL)};
-    o.secrets.optional = true;
+    o.secrets.optional = optional;
     node *n = calloc(1, sizeof *n);
     assert_int_equal(open_node_opts(n, id, "c1", 0, &o, NULL), 0);
     return n;
@@ -1044,38 +1045,38 @@ static void expect_linked(node *a, node *b, bool authenticated)
 static void test_secret_optional(void **state)
 {
     (void)state;
-    node *a = open_node_optional(1, SECRET_A), *b = open_node_secret(2, NULL);
-    expect_linked(a, b, false);
-    rpc_stats st;
-    rpc_stats_get(a->r, &st);
-    assert_true(st.secrets_optional);
-    assert_int_equal(st.secrets, 1);
-    free_nodes(a, b);
-    a = open_node_secret(1, NULL);
-    b = open_node_optional(2, SECRET_A);
-    expect_linked(a, b, false);
-    free_nodes(a, b);
-    a = open_node_optional(1, SECRET_A);
-    b = open_node_secret(2, SECRET_A);
-    expect_linked(a, b, true);
-    free_nodes(a, b);
-    a = open_node_optional(1, SECRET_A);
-    b = open_node_optional(2, SECRET_A);
-    expect_linked(a, b, true);
-    rpc_stats_get(b->r, &st);
-    assert_int_equal(st.unauthenticated, 0);
-    free_nodes(a, b);
-    a = open_node_optional(1, SECRET_A);
-    b = open_node_optional(2, SECRET_B);
-    expect_refused(a, b, true);
-    free_nodes(a, b);
-    /* A required node still refuses one without a secret, and is refused by it. */
-    a = open_node_secret(1, SECRET_A);
-    b = open_node_secret(2, NULL);
-    expect_refused(b, a, false);
-    assert_string_equal(a->reject_why, "the peer has no peer secret; this node requires one");
-    assert_string_equal(b->reject_why, "the peer requires a peer secret; this node has none");
-    free_nodes(a, b);
+    enum { UNPROVED, PROVED, WRONG_PROOF, REFUSED };
+    static const struct {
+        const char *a, *b; /* the dialler's secret and the acceptor's (NULL: none) */
+        bool a_optional, b_optional;
+        int outcome;
+    } cases[] = {
+        {SECRET_A, NULL, true, false, UNPROVED},
+        {NULL, SECRET_A, false, true, UNPROVED},
+        {SECRET_A, SECRET_A, true, false, PROVED},
+        {SECRET_A, SECRET_A, true, true, PROVED},
+        {SECRET_A, SECRET_B, true, true, WRONG_PROOF},
+        /* A required node still refuses one without a secret, and is refused by it. */
+        {NULL, SECRET_A, false, false, REFUSED},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        node *a = open_node_mode(1, cases[i].a, cases[i].a_optional);
+        node *b = open_node_mode(2, cases[i].b, cases[i].b_optional);
+        if (cases[i].outcome == UNPROVED || cases[i].outcome == PROVED)
+            expect_linked(a, b, cases[i].outcome == PROVED);
+        else
+            expect_refused(a, b, cases[i].outcome == WRONG_PROOF);
+        rpc_stats st;
+        rpc_stats_get(b->r, &st);
+        assert_int_equal(st.secrets_optional, cases[i].b_optional);
+        if (cases[i].outcome == REFUSED) {
+            assert_string_equal(a->reject_why,
+                                "the peer requires a peer secret; this node has none");
+            assert_string_equal(b->reject_why,
+                                "the peer has no peer secret; this node requires one");
+        }
+        free_nodes(a, b);
+    }
 }
 
 /* Writes one frame of `type` with `payload` at `out`; returns its size. */
