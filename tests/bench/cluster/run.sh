@@ -158,11 +158,13 @@ wait_cluster() {   # wait_cluster P WHAT [TABLE PARTS]
     done
 }
 
-# A 3-node cluster whose new tables get P partitions: 3 AZs, hosts h1..h3, node 1 bootstraps.
+# A 3-node cluster whose new tables get P partitions: 3 AZs, hosts h1..h3, node 1 bootstraps;
+# a peer secret, as the launcher gives (one HMAC per peer connection, nothing per request).
 start_cluster() {   # start_cluster P
     local p=$1 i ports cport pport
     read -r -a ports <<<"$(free_ports 6)"
     mkdir -p "$tmp/s$p"
+    (umask 077; head -c 32 /dev/urandom | base64 >"$tmp/s$p/peer-secret")
     for i in 1 2 3; do
         cport=${ports[$((i - 1))]}
         pport=${ports[$((i + 2))]}
@@ -170,6 +172,7 @@ start_cluster() {   # start_cluster P
         local args=(--node-id "$i" --az "az$i" --host-label "h$i"
             --listen "127.0.0.1:$cport" --peer-listen "127.0.0.1:$pport"
             --data-dir "$tmp/s$p/d$i" --initial-partitions "$p" --log-level warn
+            --peer-secret-file "$tmp/s$p/peer-secret"
             --throttle false   # peers never throttle: measure the system, not the limits
             --split-heat 0)    # and a table of P partitions keeps P: no split for heat
         if [ "$i" = 1 ]; then args+=(--bootstrap --bootstrap-expect 3)
