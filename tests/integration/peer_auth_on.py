@@ -106,8 +106,9 @@ def steps(cl, cli):
         assert have == want, "round 1, node %d: links %s, want %s" % (n, have, want)
         # Its connections both ways with each node without the secret (and none else).
         unproved = sum(1 for v in want.values() if not v)
-        assert (st["unauthenticated"] >= 2 * unproved) and (unproved or
-                                                             st["unauthenticated"] == 0), (n, st)
+        st = S.poll(lambda: (lambda s: s["unauthenticated"] >= 2 * unproved and s)(
+            rpc_stats(cl, n)), "node %d's unproved connections counted" % n)
+        assert unproved or st["unauthenticated"] == 0, (n, st)
         if n == 1:
             assert rpc_stats(cl, 2)["peer_secrets"] == 0
             h = node_hello(cl, 1)
