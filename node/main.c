@@ -437,6 +437,11 @@ int main(int argc, char **argv)
     if (rc.cluster != NULL && cfg.level >= LOG_INFO)
         fprintf(stderr, "stratad: node %llu in AZ %s on host %s, peers on %s\n",
                 (unsigned long long)cfg.node_id, cfg.az, cfg.host_label, cs.peer);
+    /* At every level: a node left optional lets in peers without the secret. */
+    if (rc.cluster != NULL && n.peer_secret_optional)
+        fprintf(stderr, "stratad: peer secret optional: peers without it are taken too; once "
+                        "every node has the secret, restart each without "
+                        "--peer-secret-optional\n");
     printf("stratad: serving on http://%s:%d\n", cfg.listen.host, port);
     fflush(stdout);
 

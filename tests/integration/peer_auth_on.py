@@ -109,6 +109,7 @@ def steps(cl, cli):
         st = S.poll(lambda: (lambda s: s["unauthenticated"] >= 2 * unproved and s)(
             rpc_stats(cl, n)), "node %d's unproved connections counted" % n)
         assert unproved or st["unauthenticated"] == 0, (n, st)
+        assert cl.said(n, "peer secret optional: peers without it are taken too")
         if n == 1:
             assert rpc_stats(cl, 2)["peer_secrets"] == 0
             h = node_hello(cl, 1)
