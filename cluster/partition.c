@@ -15,6 +15,7 @@
 #include <jansson.h>
 
 #include "partition.pb-c.h"
+#include "storage/base/arena_pb.h"
 #include "storage/data/codec.h"
 #include "storage/data/json.h"
 #include "storage/data/key.h"
@@ -24,18 +25,6 @@
 #define KB 1024u
 
 /* ------------------------------------------------------------------ small helpers */
-
-/* protobuf-c allocations come from the command's arena and are freed with it. */
-static void *pb_alloc(void *data, size_t size)
-{
-    return arena_alloc(data, size ? size : 1);
-}
-
-static void pb_free(void *data, void *p)
-{
-    (void)data;
-    (void)p;
-}
 
 static char *dup_or_empty(arena *a, const char *s, size_t len)
 {
@@ -577,7 +566,7 @@ int partition_apply(struct lsm *engine, const partition_desc *p, const uint8_t *
 {
     arena a;
     arena_init(&a, 0);
-    ProtobufCAllocator alloc = {pb_alloc, pb_free, &a};
+    ProtobufCAllocator alloc = arena_pb_allocator(&a);
     outcome o;
     memset(&o, 0, sizeof o);
     int rc = 0;
@@ -608,7 +597,7 @@ int partition_result_decode(const uint8_t *res, size_t len, arena *a, partition_
                             strata_err *err)
 {
     memset(out, 0, sizeof *out);
-    ProtobufCAllocator alloc = {pb_alloc, pb_free, a};
+    ProtobufCAllocator alloc = arena_pb_allocator(a);
     Strata__PartitionWriteResult *r = strata__partition_write_result__unpack(&alloc, len, res);
     if (r == NULL)
         return strata_err_set(err, ERR_CORRUPT, "write result does not decode");
@@ -637,7 +626,7 @@ void partition_result_delta(const uint8_t *res, size_t len, int64_t *items, int6
     *bytes = 0;
     arena a;
     arena_init(&a, 0);
-    ProtobufCAllocator alloc = {pb_alloc, pb_free, &a};
+    ProtobufCAllocator alloc = arena_pb_allocator(&a);
     Strata__PartitionWriteResult *r = strata__partition_write_result__unpack(&alloc, len, res);
     if (r != NULL) {
         *items = (int64_t)(r->new_size > 0) - (int64_t)(r->old_size > 0);

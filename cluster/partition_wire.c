@@ -15,6 +15,7 @@
 
 #include "cluster/partition.h"
 #include "partition.pb-c.h"
+#include "storage/base/arena_pb.h"
 #include "storage/data/codec.h"
 #include "storage/data/key.h"
 
@@ -25,18 +26,6 @@
 #define KEY_MAP_WIRE_MAX (KEY_MAP_SIZE_MAX + 64)
 
 /* ------------------------------------------------------------------ helpers */
-
-/* protobuf-c allocations come from a scratch arena, freed at once. */
-static void *pb_alloc(void *data, size_t size)
-{
-    return arena_alloc(data, size ? size : 1);
-}
-
-static void pb_free(void *data, void *p)
-{
-    (void)data;
-    (void)p;
-}
 
 static bool sk_op_ok(partition_sk_op op)
 {
@@ -375,7 +364,7 @@ int partition_read_req_decode(const uint8_t *b, size_t len, arena *a, partition_
     /* protobuf-c needs at most a few times the input (structs, copies of bytes). */
     arena tmp;
     arena_init(&tmp, 8 * len + 64 * 1024);
-    ProtobufCAllocator alloc = {pb_alloc, pb_free, &tmp};
+    ProtobufCAllocator alloc = arena_pb_allocator(&tmp);
     Strata__PartitionReadRequest *m = strata__partition_read_request__unpack(&alloc, len, b);
     int rc;
     if (m == NULL)
@@ -501,7 +490,7 @@ int partition_read_res_decode(const uint8_t *b, size_t len, arena *a, partition_
      * plus a copy of the bytes: at most 9 x the input. */
     arena tmp;
     arena_init(&tmp, 10 * len + 64 * 1024);
-    ProtobufCAllocator alloc = {pb_alloc, pb_free, &tmp};
+    ProtobufCAllocator alloc = arena_pb_allocator(&tmp);
     Strata__PartitionReadResult *m = strata__partition_read_result__unpack(&alloc, len, b);
     int rc;
     if (m == NULL)

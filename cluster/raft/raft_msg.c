@@ -8,7 +8,7 @@
 
 #include "cluster/raft/raft_host.h"
 #include "proto/raft.pb-c.h"
-#include "storage/base/arena.h"
+#include "storage/base/arena_pb.h"
 #include "storage/base/buf.h"
 
 struct raft_msg_decoded {
@@ -290,17 +290,6 @@ static int decode_install_snapshot(raft_msg_decoded *d, const Strata__Raft__Raft
     return 0;
 }
 
-static void *scratch_alloc(void *data, size_t size)
-{
-    return arena_alloc(data, size ? size : 1);
-}
-
-static void scratch_free(void *data, void *p)
-{
-    (void)data;
-    (void)p;
-}
-
 int raft_msg_decode(const void *bytes, size_t len, uint64_t *group, uint64_t *from,
                     struct raft_message *out, raft_msg_decoded **owner, strata_err *err)
 {
@@ -308,7 +297,7 @@ int raft_msg_decode(const void *bytes, size_t len, uint64_t *group, uint64_t *fr
     if (d == NULL)
         return strata_err_set(err, ERR_NOMEM, "raft message decode");
     arena_init(&d->scratch, 0);
-    ProtobufCAllocator alloc = {scratch_alloc, scratch_free, &d->scratch};
+    ProtobufCAllocator alloc = arena_pb_allocator(&d->scratch);
     d->pb = strata__raft__raft_message__unpack(&alloc, len, bytes);
     if (d->pb == NULL) {
         raft_msg_free(d);
