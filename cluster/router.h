@@ -142,7 +142,8 @@ typedef struct {
     size_t n_join;
     const char *cluster_name;      /* checked in every connection's handshake; NULL = "strata" */
     /* The cluster's peer secrets: every peer connection proves one both ways (rpc/rpc.h,
-     * Authentication). count 0: none, and a peer that has one is refused. */
+     * Authentication). count 0: none, and a peer that requires one is refused (one that is
+     * optional is taken). */
     rpc_secrets peer_secrets;
     unsigned election_timeout_ms;  /* 0 = 1000 */
     unsigned heartbeat_timeout_ms; /* 0 = 100 */
@@ -331,7 +332,7 @@ size_t router_hand_off(router *r, size_t *handed);
 
 /* Replaces the peer secrets for the peer connections made from now on (rpc_set_secrets:
  * to move the cluster to a new one, node by node; those up stay up). ERR_VALIDATION on one
- * node, for secrets rpc/ refuses, or to turn them on or off. */
+ * node, for secrets rpc/ refuses, to turn them on or off, or to change `optional`. */
 int router_set_peer_secrets(router *r, const rpc_secrets *s, strata_err *err);
 
 /* Appends the node's view of the cluster as a JSON object (GET /admin/cluster):

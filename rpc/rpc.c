@@ -1074,8 +1074,10 @@ static int secrets_copy(rpc *r, const rpc_secrets *s, strata_err *err)
     for (size_t i = 0; i < s->count; i++) {
         copy[i] = malloc(s->len[i]);
         if (copy[i] == NULL) {
-            for (size_t j = 0; j < i; j++)
+            for (size_t j = 0; j < i; j++) {
+                OPENSSL_cleanse(copy[j], s->len[j]);
                 free(copy[j]);
+            }
             return strata_err_set(err, ERR_NOMEM, "rpc: out of memory");
         }
         memcpy(copy[i], s->key[i], s->len[i]);
