@@ -8,6 +8,7 @@ Nodes 1-3 (az1-az3) start without a secret; a table with items.
     --peer-secret-optional true. It rejoins and serves while the others still have no
     secret: its links to them are up and not authenticated ("unauthenticated" in
     /admin/cluster, the link's "authenticated" false), and its Hello says it is optional.
+    A SIGHUP reads node 1's secret again and leaves it optional.
     Links between two nodes that both have the secret are proved.
  b) After round 1 every link was made with the secret on both ends: none unauthenticated.
     But an optional node still lets in a stranger who sends no nonce (it answers a
@@ -114,6 +115,12 @@ def steps(cl, cli):
             assert rpc_stats(cl, 2)["peer_secrets"] == 0
             h = node_hello(cl, 1)
             assert len(h.get(4, b"")) == 32 and h.get(5) == 1, "node 1's Hello: %r" % h
+            # SIGHUP reads the secret file again and keeps the node optional.
+            cl.procs[1].send_signal(signal.SIGHUP)
+            S.poll(lambda: cl.said(1, "SIGHUP: 1 peer secret read again"),
+                   "node 1 read its secret again")
+            assert not cl.said(1, "peer secrets kept as they were")
+            assert rpc_stats(cl, 1)["peer_secret_optional"]
         log("a) node %d has the secret, optional: serves; links %s" % (n, have))
 
     for n in (1, 2, 3):
