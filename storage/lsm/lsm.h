@@ -71,7 +71,7 @@ typedef struct lsm_iter lsm_iter;
 /* A zero field means "the default" (in brackets). */
 typedef struct {
     const char *dir;          /* created if missing; one engine per directory */
-    size_t memtable_bytes;    /* one memtable's size before it is sealed [64 MiB] */
+    size_t memtable_bytes;    /* one memtable's size before it is sealed [16 MiB] */
     int max_memtables;        /* mutable + sealed awaiting flush, >= 2 [2] */
     size_t block_cache_bytes; /* LRU cache of uncompressed data blocks [64 MiB] */
     int bloom_bits_per_key;   /* bloom filter bits per key; < 0 disables [10] */

@@ -5,8 +5,8 @@
  * when the last reference (the engine, an iterator, a flush job) is dropped.
  *
  * Point reads (mem_get) go through a hash index from user key to its newest node, when
- * it has the key: a skiplist search of a full 64 MiB memtable misses the cache a dozen
- * times, and every PutItem's apply reads its item first. The index is bounded
+ * it has the key: a skiplist search of a full memtable misses the cache many times, and
+ * every PutItem's apply reads its item first. The index is bounded
  * (INDEX_SLOTS_MAX), so growing it never stalls the loop for long: once full it stops
  * taking new keys but keeps the keys it has current, and a key it lacks is searched for.
  *
