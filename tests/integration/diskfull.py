@@ -197,8 +197,10 @@ def single_node(stratad, work):
         C.check(p.returncode == 1 and "stratad: storage failed:" in text and
                 "No space left on device" in text,
                 "the single node stops with the reason (status %s)\n%s" % (p.returncode, text))
-        status = getattr(refused, "response", {}).get("ResponseMetadata", {}).get(
-            "HTTPStatusCode")
+        # botocore's connection errors carry response=None (ConnectionClosedError when the
+        # node died with the request in flight).
+        response = getattr(refused, "response", None) or {}
+        status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
         C.check(status == 500 or isinstance(refused, (ConnectionError, OSError)) or
                 "Connect" in type(refused).__name__,
                 "the write in flight was refused, not acknowledged: %r" % refused)
