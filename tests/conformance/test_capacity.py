@@ -97,7 +97,7 @@ class Writer:
         try:
             out = self.ddb.batch_write_item(RequestItems={self.table: reqs})
         except Exception as e:
-            if getattr(e, "response", {}).get("Error", {}).get("Code") == \
+            if (getattr(e, "response", None) or {}).get("Error", {}).get("Code") == \
                     "ProvisionedThroughputExceededException":
                 return 0, count, True
             raise

@@ -42,7 +42,7 @@ PROVISIONED_MSG = ("The level of configured provisioned throughput for the table
 
 
 def code_of(e):
-    return getattr(e, "response", {}).get("Error", {}).get("Code")
+    return (getattr(e, "response", None) or {}).get("Error", {}).get("Code")
 
 
 class Load:
