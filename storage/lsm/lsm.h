@@ -79,7 +79,7 @@ typedef struct {
     size_t table_file_bytes;  /* target size of a compaction output file [64 MiB] */
     int l0_compaction_files;  /* level-0 file count that starts a compaction [4] */
     int l0_stop_files;        /* level-0 file count at which writes get ERR_BUSY [20] */
-    uint64_t level1_bytes;    /* level 1 target size; x10 per deeper level [256 MiB] */
+    uint64_t level1_bytes;    /* level 1 target size; x10 per deeper level [64 MiB] */
     bool no_compression;      /* store blocks raw instead of lz4 */
     bool no_compaction;       /* tests: never compact automatically */
     /* The share of one CPU, in percent, a flush or compaction takes while nothing waits

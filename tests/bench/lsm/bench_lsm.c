@@ -1,8 +1,8 @@
 /*
  * bench_lsm: the Strata LSM engine side by side with RocksDB (C API, benchmark only) on
  * the same workload and equivalent settings: RocksDB's WAL off (the engine has none), lz4,
- * 4 KiB blocks, 10-bit bloom filters, 64 MiB memtables (two at most) and the same block
- * cache size.
+ * 4 KiB blocks, 10-bit bloom filters, 64 MiB memtables (two at most), a 256 MiB level 1
+ * and the same block cache size.
  *
  * Phases, each engine in its own child process (so peak RSS is its own):
  *   fill   N random-order puts (16-byte keys, 100-byte values), then a flush
@@ -137,6 +137,7 @@ static void bench_strata(const char *dir, result *r)
     uv_loop_init(&loop);
     lsm_options o = {.dir = dir,
                      .memtable_bytes = 64 * MiB,
+                     .level1_bytes = 256 * MiB, /* RocksDB's max_bytes_for_level_base */
                      .max_memtables = 2,
                      .block_cache_bytes = cache_mib * MiB,
                      .bloom_bits_per_key = 10,
