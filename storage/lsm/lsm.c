@@ -2166,8 +2166,8 @@ int lsm_open(const lsm_options *opts, uv_loop_t *loop, lsm **out, strata_err *er
      * lets it be compacted), and recovered after each flush. With 16 MiB PutItem through a
      * 3-node cluster ran at ~19k/s, p99 7.7 ms, against ~17k/s, p99 8.4 ms (bench_timeline,
      * 30 s, 4 rounds alternated); a random fill of the engine alone was no slower
-     * (bench_lsm); and the memory bound drops by 96 MiB. tests/bench/cluster/README.md,
-     * "A smaller memtable". */
+     * (bench_lsm, with the level 1 below); and the memory bound drops by 96 MiB.
+     * tests/bench/cluster/README.md, "A smaller memtable". */
     if (!db->o.memtable_bytes)
         db->o.memtable_bytes = 16 * MiB;
     if (!db->o.max_memtables)
