@@ -107,8 +107,10 @@ def steps(cl, cli):
         assert have == want, "round 1, node %d: links %s, want %s" % (n, have, want)
         # Its connections both ways with each node without the secret (and none else).
         unproved = sum(1 for v in want.values() if not v)
-        st = S.poll(lambda: (lambda s: s["unauthenticated"] >= 2 * unproved and s)(
-            rpc_stats(cl, n)), "node %d's unproved connections counted" % n)
+        def counted():
+            s = rpc_stats(cl, n)
+            return s if s["unauthenticated"] >= 2 * unproved else None
+        st = S.poll(counted, "node %d's unproved connections counted" % n)
         assert unproved or st["unauthenticated"] == 0, (n, st)
         assert cl.said(n, "peer secret optional: peers without it are taken too")
         if n == 1:
